@@ -1,0 +1,12 @@
+"""ratelnn: bring trained FP32 TensorFlow and MXNet models onto an (emulated) NPU.
+
+See DESIGN.md §2 for the public API.  Heavy frameworks are imported lazily: importing
+ratelnn itself loads neither TensorFlow nor MXNet.
+"""
+from .config import QuantConfig
+from .convert import ConvertImpl, JointConvertImpl
+from .oplib import mx_init, ops_library_path, tf_init
+
+__all__ = ["QuantConfig", "ConvertImpl", "JointConvertImpl", "tf_init", "mx_init",
+           "ops_library_path"]
+__version__ = "0.1.0"

@@ -1,0 +1,89 @@
+"""ConvertImpl / JointConvertImpl: the framework-neutral converters of DESIGN §2.
+
+A frontend supplies a *model handler* (see :class:`ModelHandler`) that translates its
+framework's model to the IR and back; everything in between works on the IR.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from . import config as config_mod
+from .ir import Graph
+
+
+class ModelHandler(abc.ABC):
+    """Translation between one framework and the IR."""
+
+    framework: str = ""
+
+    @abc.abstractmethod
+    def ensure_ops(self) -> None:
+        """Load the framework's custom-op library (tf_init / mx_init)."""
+
+    @abc.abstractmethod
+    def import_graph(self, graph_def: Any, config: config_mod.QuantConfig) -> Graph:
+        """Framework model -> optimised float IR (input shapes specialised, passes run).
+
+        Raises ModelError for unknown input/output nodes, wrong input rank, non-frozen graphs.
+        """
+
+    @abc.abstractmethod
+    def import_quantized(self, graph_quant: Any, config: config_mod.QuantConfig) -> Graph:
+        """A quantized model made by ``to_quant`` -> quantized IR (qparams recovered)."""
+
+    @abc.abstractmethod
+    def export_graph(self, graph: Graph) -> Any:
+        """IR (possibly holding MinMax/Quant/Dequant/Engine nodes) -> framework model."""
+
+
+class ConvertImpl:
+    """Converter of one model: ``to_cal``, ``to_quant``, ``to_npu`` (DESIGN §1, §2)."""
+
+    def __init__(self, model_handler: ModelHandler, graph_def: Any, config: Mapping[str, Any],
+                 device_info: Optional[Dict[int, Any]] = None) -> None:
+        self.handler = model_handler
+        self.config = config_mod.normalize(config, model_handler.framework)
+        self.device_info = dict(device_info or {})
+        self.graph: Graph = model_handler.import_graph(graph_def, self.config)
+
+    def to_cal(self) -> Any:
+        """The calibration model: the float model plus MinMax ops on every tensor the
+        quantized model needs; running it records statistics into ``output_dir``."""
+        from .quantization.emit import emit_calibration
+        self.handler.ensure_ops()
+        return self.handler.export_graph(emit_calibration(self.graph, self.config))
+
+    def quantized_ir(self) -> Graph:
+        """The quantized IR (qparams filled) from the statistics in ``output_dir``."""
+        from .calibration.stats import load_statistics
+        from .quantization.quantizer import quantize
+        stats = load_statistics(self.config["output_dir"])
+        return quantize(self.graph, stats, self.config)
+
+    def to_quant(self) -> Any:
+        """The quantized model: Quant/Dequant ops and integer constants, runnable in the
+        framework; raises CalibrationError when statistics are missing."""
+        from .quantization.emit import emit_qdq
+        self.handler.ensure_ops()
+        return self.handler.export_graph(emit_qdq(self.quantized_ir(), self.config))
+
+    def to_npu(self, graph_quant: Any = None) -> Any:
+        """The compiled model (DESIGN §6)."""
+        raise NotImplementedError("to_npu: the compiler is not built yet")
+
+
+class JointConvertImpl:
+    """Joint compilation of several models (DESIGN §8)."""
+
+    def __init__(self, model_handler: ModelHandler, graph_def_list: Sequence[Any],
+                 config_list: Sequence[Mapping[str, Any]], device_info=None) -> None:
+        if len(graph_def_list) != len(config_list):
+            raise ValueError(f"{len(graph_def_list)} models but {len(config_list)} configs")
+        self.converters: List[ConvertImpl] = [
+            ConvertImpl(model_handler, g, c, device_info) for g, c in zip(graph_def_list, config_list)]
+        self.device_info = device_info or {0: 4}
+        self.scheme = None
+
+    def to_npu(self, graph_quant_list: Optional[Sequence[Any]] = None) -> List[Any]:
+        raise NotImplementedError("joint compilation is not built yet")

@@ -1,0 +1,14 @@
+"""Exceptions raised to users.  Each message names the node, tensor or file at fault."""
+
+
+class RatelError(Exception):
+    """Base class of ratelnn's own errors."""
+
+
+class ModelError(RatelError, ValueError):
+    """The model is malformed or does not match the configuration
+    (unknown node name, wrong input rank, not frozen, missing params...)."""
+
+
+class CalibrationError(RatelError, RuntimeError):
+    """Calibration statistics are missing, corrupt or unusable (NaN/Inf)."""

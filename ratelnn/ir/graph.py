@@ -1,0 +1,253 @@
+"""The framework-neutral graph IR.
+
+A :class:`Graph` is an ordered list of :class:`Node` objects (kept in topological
+order), a table of :class:`TensorInfo` (shape and dtype of every tensor), a table of
+parameters (constant numpy arrays, e.g. weights) and the names of the graph inputs and
+outputs.  Tensors are referred to by name everywhere; a tensor is produced either by a
+node (it is in ``node.outputs``), by a parameter (``graph.params``) or is a graph input.
+
+Quantization parameters live beside the graph in ``graph.qparams``
+(tensor name -> :class:`QParams`): the quantizer fills it, the emitters and the compiler
+read it.  The op vocabulary and the attribute names of each op are listed in
+``docs/ir.md``; frontends translate to and from exactly that vocabulary.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import defaultdict
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class TensorInfo:
+    """Static type of a tensor: ``shape`` (tuple of ints, ``None`` for unknown dims)
+    and ``dtype`` (a numpy dtype name such as ``"float32"`` or ``"int8"``)."""
+
+    shape: Optional[Tuple[Optional[int], ...]]
+    dtype: str = "float32"
+
+
+@dataclasses.dataclass
+class QParams:
+    """Symmetric quantization of one tensor (zero point is always 0).
+
+    ``dtype``: ``"int8"``, ``"uint8"``, ``"int16"`` or ``"int32"`` (biases).
+    ``scale``: a float (per tensor) or a 1-D float array (per channel along ``axis``).
+    Real value = integer * scale.
+    """
+
+    dtype: str
+    scale: Any
+    axis: Optional[int] = None
+
+    @property
+    def per_channel(self) -> bool:
+        return self.axis is not None
+
+    @property
+    def qmin(self) -> int:
+        return int(np.iinfo(self.dtype).min) if self.dtype != "uint8" else 0
+
+    @property
+    def qmax(self) -> int:
+        return int(np.iinfo(self.dtype).max)
+
+
+@dataclasses.dataclass
+class Node:
+    """One operation: ``op`` is an IR op name (docs/ir.md), ``inputs``/``outputs`` are
+    tensor names, ``attrs`` holds op attributes (plain Python values / numpy arrays)."""
+
+    name: str
+    op: str
+    inputs: List[str]
+    outputs: List[str]
+    attrs: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __repr__(self) -> str:  # short, for error messages and debugging
+        return f"Node({self.name!r}, {self.op}, in={self.inputs}, out={self.outputs})"
+
+
+class GraphError(ValueError):
+    """A graph is malformed (dangling tensor, cycle, duplicate name, ...)."""
+
+
+class Graph:
+    """A dataflow graph in the IR. See the module docstring."""
+
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self.nodes: List[Node] = []
+        self.tensors: Dict[str, TensorInfo] = {}
+        self.params: Dict[str, np.ndarray] = {}
+        self.inputs: List[str] = []
+        self.outputs: List[str] = []
+        self.qparams: Dict[str, QParams] = {}
+        self.meta: Dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ building
+    def add_input(self, name: str, shape, dtype: str = "float32") -> str:
+        self.inputs.append(name)
+        self.tensors[name] = TensorInfo(_shape(shape), dtype)
+        return name
+
+    def add_param(self, name: str, value: np.ndarray) -> str:
+        value = np.asarray(value)
+        self.params[name] = value
+        self.tensors[name] = TensorInfo(tuple(value.shape), str(value.dtype))
+        return name
+
+    def add_node(self, node: Node, output_infos: Optional[Sequence[TensorInfo]] = None) -> Node:
+        """Append ``node``; ``output_infos`` (one per output) records the output types."""
+        self.nodes.append(node)
+        if output_infos is not None:
+            if len(output_infos) != len(node.outputs):
+                raise GraphError(f"{node}: {len(output_infos)} output infos for {len(node.outputs)} outputs")
+            for t, info in zip(node.outputs, output_infos):
+                self.tensors[t] = info
+        return node
+
+    # ------------------------------------------------------------------ queries
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node named {name!r} in graph {self.name!r}")
+
+    def producer(self, tensor: str) -> Optional[Node]:
+        """The node producing ``tensor`` (None for inputs and params)."""
+        return self._producers().get(tensor)
+
+    def consumers(self, tensor: str) -> List[Node]:
+        return [n for n in self.nodes if tensor in n.inputs]
+
+    def consumer_map(self) -> Dict[str, List[Node]]:
+        m: Dict[str, List[Node]] = defaultdict(list)
+        for n in self.nodes:
+            for t in n.inputs:
+                m[t].append(n)
+        return m
+
+    def _producers(self) -> Dict[str, Node]:
+        return {t: n for n in self.nodes for t in n.outputs}
+
+    def is_param(self, tensor: str) -> bool:
+        return tensor in self.params
+
+    def shape(self, tensor: str):
+        return self.tensors[tensor].shape
+
+    def dtype(self, tensor: str) -> str:
+        return self.tensors[tensor].dtype
+
+    def unique_name(self, base: str) -> str:
+        """A node/tensor name not used yet, derived from ``base``."""
+        used = set(self.tensors) | {n.name for n in self.nodes}
+        if base not in used:
+            return base
+        i = 1
+        while f"{base}_{i}" in used:
+            i += 1
+        return f"{base}_{i}"
+
+    # ------------------------------------------------------------------ editing
+    def replace_uses(self, old: str, new: str, skip: Iterable[Node] = ()) -> None:
+        """Make every consumer of tensor ``old`` (and the graph outputs) read ``new``."""
+        skip_ids = {id(n) for n in skip}
+        for n in self.nodes:
+            if id(n) in skip_ids:
+                continue
+            n.inputs = [new if t == old else t for t in n.inputs]
+        self.outputs = [new if t == old else t for t in self.outputs]
+
+    def remove_nodes(self, nodes: Iterable[Node]) -> None:
+        ids = {id(n) for n in nodes}
+        self.nodes = [n for n in self.nodes if id(n) not in ids]
+
+    def prune(self) -> None:
+        """Drop nodes, params and tensor infos that no graph output depends on."""
+        prod = self._producers()
+        live_tensors = set()
+        stack = list(self.outputs)
+        while stack:
+            t = stack.pop()
+            if t in live_tensors:
+                continue
+            live_tensors.add(t)
+            n = prod.get(t)
+            if n is not None:
+                stack.extend(n.inputs)
+                live_tensors.update(n.outputs)
+        self.nodes = [n for n in self.nodes if any(t in live_tensors for t in n.outputs)]
+        self.params = {k: v for k, v in self.params.items() if k in live_tensors}
+        keep = live_tensors | set(self.inputs)
+        self.tensors = {k: v for k, v in self.tensors.items() if k in keep}
+        self.qparams = {k: v for k, v in self.qparams.items() if k in keep}
+
+    def toposort(self) -> None:
+        """Reorder nodes topologically; raises GraphError on cycles or dangling inputs."""
+        prod = self._producers()
+        known = set(self.inputs) | set(self.params)
+        order: List[Node] = []
+        state: Dict[int, int] = {}
+        for root in self.nodes:
+            stack = [(root, 0)]
+            while stack:
+                n, i = stack.pop()
+                if i == 0:
+                    s = state.get(id(n))
+                    if s == 2:
+                        continue
+                    if s == 1:
+                        raise GraphError(f"cycle through node {n.name!r}")
+                    state[id(n)] = 1
+                if i < len(n.inputs):
+                    stack.append((n, i + 1))
+                    t = n.inputs[i]
+                    p = prod.get(t)
+                    if p is None:
+                        if t not in known:
+                            raise GraphError(f"node {n.name!r} reads tensor {t!r} that nothing produces")
+                    elif state.get(id(p)) != 2:
+                        if state.get(id(p)) == 1:
+                            raise GraphError(f"cycle through node {p.name!r}")
+                        stack.append((p, 0))
+                else:
+                    state[id(n)] = 2
+                    order.append(n)
+        self.nodes = order
+
+    def validate(self) -> None:
+        """Check names are unique, every input is produced and the graph is acyclic."""
+        seen = set()
+        for n in self.nodes:
+            if n.name in seen:
+                raise GraphError(f"duplicate node name {n.name!r}")
+            seen.add(n.name)
+        produced = set(self.inputs) | set(self.params)
+        for n in self.nodes:
+            for t in n.outputs:
+                if t in produced:
+                    raise GraphError(f"tensor {t!r} produced twice (by {n.name!r})")
+                produced.add(t)
+        for t in self.outputs:
+            if t not in produced:
+                raise GraphError(f"graph output {t!r} is not produced by any node")
+        self.toposort()
+
+    def copy(self) -> "Graph":
+        """A deep copy (parameters are copied too, so passes may edit them)."""
+        return copy.deepcopy(self)
+
+    def __repr__(self) -> str:
+        return (f"Graph({self.name!r}, {len(self.nodes)} nodes, {len(self.params)} params, "
+                f"inputs={self.inputs}, outputs={self.outputs})")
+
+
+def _shape(shape) -> Optional[Tuple[Optional[int], ...]]:
+    if shape is None:
+        return None
+    return tuple(None if d is None or (isinstance(d, int) and d < 0) else int(d) for d in shape)

@@ -1,0 +1,72 @@
+"""Reference arithmetic of Quant and Dequant (docs/quantization.md), in numpy.
+
+This module *defines* the semantics: the C++ kernels of ``RatelQuant``/``RatelDequant``
+(ops/core/quant.h) must give the same bits.  All arithmetic is float32.
+
+- ``quantize``: ``q = clamp(round(x / scale), qmin, qmax)`` with ``x / scale`` computed in
+  float32; NaN maps to 0; +/-Inf saturate.
+- ``dequantize``: ``x = float32(q) * scale``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    """Exact round-half-away-from-zero (C's ``roundf``): no ``v + 0.5`` double rounding."""
+    t = np.trunc(v)
+    frac = v - t  # exact in float32
+    return t + np.where(np.abs(frac) >= 0.5, np.sign(v), 0).astype(v.dtype)
+
+
+ROUNDERS = {
+    "half_away_from_zero": _round_half_away,
+    "half_to_even": np.rint,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+}
+
+QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
+          "int32": (-2147483648, 2147483647)}
+
+Scale = Union[float, Sequence[float], np.ndarray]
+
+
+def qmax_of(dtype: str) -> int:
+    """Largest code of ``dtype``: 127, 255, 32767 or 2**31-1."""
+    return QRANGE[dtype][1]
+
+
+def _broadcast_scale(scale: Scale, ndim: int, axis: Optional[int]) -> np.ndarray:
+    s = np.asarray(scale, dtype=np.float32)
+    if axis is None or s.ndim == 0:
+        return s.reshape(())
+    axis = axis % ndim
+    shape = [1] * ndim
+    shape[axis] = s.size
+    return s.reshape(shape)
+
+
+def quantize(x: np.ndarray, scale: Scale, dtype: str = "int8", axis: Optional[int] = None,
+             round_mode: str = "half_away_from_zero") -> np.ndarray:
+    """Quantize float ``x`` (any shape) to integer ``dtype``; ``scale`` per tensor or per
+    channel along ``axis``."""
+    x = np.asarray(x, dtype=np.float32)
+    s = _broadcast_scale(scale, x.ndim, axis)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        v = (x / s).astype(np.float32)
+        r = ROUNDERS[round_mode](v).astype(np.float32)
+    lo, hi = QRANGE[dtype]
+    r = np.where(np.isnan(r), np.float32(0), r)
+    # clip in float64 so that int32 limits are exact
+    r = np.clip(r.astype(np.float64), lo, hi)
+    return r.astype(dtype)
+
+
+def dequantize(q: np.ndarray, scale: Scale, axis: Optional[int] = None) -> np.ndarray:
+    """``float32(q) * scale`` (float32 product)."""
+    q = np.asarray(q)
+    s = _broadcast_scale(scale, q.ndim, axis)
+    return (q.astype(np.float32) * s).astype(np.float32)
