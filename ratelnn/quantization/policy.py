@@ -1,0 +1,246 @@
+"""Quantization policy: which ops run quantized and which tensors are quantization points.
+
+The quantized model simulates an integer NPU: every input of a quantized op is an integer
+tensor, and every output of a quantized op is an integer tensor.  The policy decides, from the
+graph and the configuration only (never from parameter values or dtypes, so that it gives the
+same answer on the float graph and on the quantized graph):
+
+- which nodes are quantized (:data:`QUANTIZED_OPS`, with usable operands, not forced to
+  ``fp32`` by ``layer_configs``);
+- the *anchors*: quantization points with their own statistics (outputs of quantized ops that
+  are not scale-preserving, and float tensors read by quantized ops: graph inputs and outputs
+  of float ops, the *border* points);
+- the *shared* points: outputs of scale-preserving ops, which reuse their input's QParams;
+- the parameter operands of quantized ops and their role (weight, bias, constant).
+
+:func:`calibration_tensors` (the anchors) is used by both the calibration emitter and the
+quantizer, so the statistics recorded are always the statistics needed.
+See docs/quantization.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Set
+
+from ..config import QUANT_CFG_DEFAULTS, ConfigError
+from ..ir import Graph, Node
+
+QUANTIZED_OPS = frozenset({
+    "Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "AvgPool", "Mean", "MaxPool",
+    "Sigmoid", "Tanh", "Softmax", "LeakyRelu", "Relu", "Relu6", "Reshape", "Squeeze",
+    "Flatten", "Pad", "Transpose",
+})
+
+# Ops whose integer output is exactly the op applied to the integer input, at the input's
+# scale: they only move, drop or compare codes.  Pad joins them when it pads with 0.
+SCALE_PRESERVING_OPS = frozenset({"MaxPool", "Reshape", "Squeeze", "Flatten", "Transpose"})
+
+_WEIGHTED_OPS = frozenset({"Conv2D", "MatMul"})
+_BINARY_OPS = frozenset({"Add", "Sub", "Mul"})
+
+# quant_cfg roles (config.QUANT_CFG_DEFAULTS) of activation tensors, by op and position.
+_INPUT_ROLE = {"Conv2D": "conv_activations", "MatMul": "matmul_activations",
+               "AvgPool": "avgpool_input"}
+_OUTPUT_ROLE = {"Conv2D": "conv_output", "MatMul": "matmul_output"}
+_WEIGHT_ROLE = {"Conv2D": "conv_weights", "MatMul": "matmul_weights"}
+
+
+@dataclasses.dataclass
+class ParamUse:
+    """A parameter read by a quantized node: ``node.inputs[slot] == param``.
+
+    ``role``: ``"weight"`` (Conv2D/MatMul ``w``), ``"bias"`` (their ``b``) or ``"constant"``
+    (a constant operand of Add/Sub/Mul/Concat).
+    """
+
+    node: str
+    slot: int
+    param: str
+    role: str
+
+
+@dataclasses.dataclass
+class QuantPlan:
+    """Where the quantized model has integer tensors (see the module docstring).
+
+    ``anchors``: tensors with their own statistics, in graph order.
+    ``shared``: scale-preserving output tensor -> the anchor whose QParams it reuses.
+    ``border``: anchors that are graph inputs or produced by float nodes.
+    ``activation_bits``: anchor -> 8 or 16 (from ``quant_cfg`` roles).
+    ``forced_dtype``: anchor -> dtype forced by ``layer_configs`` (``int8``/``uint8``/``int16``).
+    """
+
+    quantized_nodes: List[str]
+    anchors: List[str]
+    shared: Dict[str, str]
+    border: Set[str]
+    param_uses: List[ParamUse]
+    activation_bits: Dict[str, int]
+    forced_dtype: Dict[str, str]
+
+    def is_quantized(self, node: Node) -> bool:
+        return node.name in self._quantized_set
+
+    def __post_init__(self) -> None:
+        self._quantized_set = set(self.quantized_nodes)
+
+
+def quant_cfg_for(config: Mapping[str, Any], role: str) -> Dict[str, Any]:
+    """``quant_cfg`` settings (``is_per_channel``, ``num_bits``) of a tensor role, defaults filled."""
+    settings = dict(QUANT_CFG_DEFAULTS.get(role, QUANT_CFG_DEFAULTS["activations"]))
+    settings.update((config.get("quant_cfg") or {}).get(role, {}))
+    return settings
+
+
+def is_scale_preserving(node: Node) -> bool:
+    """True for ops whose integer output is exactly computable at the input's scale."""
+    if node.op == "Pad":
+        return float(node.attrs.get("value", 0.0)) == 0.0
+    return node.op in SCALE_PRESERVING_OPS
+
+
+def activation_inputs(graph: Graph, node: Node) -> List[str]:
+    """The non-parameter inputs of ``node``, in order."""
+    return [t for t in node.inputs if not graph.is_param(t)]
+
+
+def _is_float32(graph: Graph, tensor: str) -> bool:
+    info = graph.tensors.get(tensor)
+    return info is None or info.dtype == "float32"
+
+
+def _operands_quantizable(graph: Graph, node: Node) -> bool:
+    """Whether the operands of a QUANTIZED_OPS node have the form the NPU supports."""
+    acts = activation_inputs(graph, node)
+    if len(node.outputs) != 1 or not acts or not all(_is_float32(graph, t) for t in acts + node.outputs):
+        return False
+    if node.op in _WEIGHTED_OPS:
+        # x, param weight, optional param bias
+        return (len(node.inputs) in (2, 3) and acts == [node.inputs[0]]
+                and acts[0] not in node.inputs[1:])
+    if node.op in _BINARY_OPS:
+        return len(node.inputs) == 2
+    if node.op == "Concat":
+        return True
+    return len(node.inputs) == 1
+
+
+def _subgraph_nodes(graph: Graph, starts: List[str], ends: List[str]) -> Set[str]:
+    """Names of nodes downstream of a ``starts`` tensor and upstream of an ``ends`` tensor."""
+    reached = set(starts)
+    downstream = set()
+    for n in graph.nodes:
+        if any(t in reached for t in n.inputs):
+            downstream.add(n.name)
+            reached.update(n.outputs)
+    needed = set(ends)
+    upstream = set()
+    for n in reversed(graph.nodes):
+        if any(t in needed for t in n.outputs):
+            upstream.add(n.name)
+            needed.update(n.inputs)
+    return downstream & upstream
+
+
+def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
+    """Node name -> ``data_type`` from ``layer_configs``.
+
+    An entry matches by ``layer_name`` (node name or one of its output tensors), by
+    ``op_type`` (the IR op name, docs/ir.md) or by a subgraph (``start_tensor_names`` /
+    ``end_tensor_names``).  Priority: layer name > op type > subgraph; among entries of the
+    same kind the later one wins.
+    """
+    by_kind: List[Dict[str, str]] = [{}, {}, {}]  # subgraph, op type, layer name
+    for entry in config.get("layer_configs") or []:
+        data_type = entry.get("data_type")
+        if "layer_name" in entry:
+            names = entry["layer_name"]
+            names = {names} if isinstance(names, str) else set(names)
+            for n in graph.nodes:
+                if n.name in names or names.intersection(n.outputs):
+                    by_kind[2][n.name] = data_type
+        elif "op_type" in entry:
+            ops = entry["op_type"]
+            ops = {ops} if isinstance(ops, str) else set(ops)
+            for n in graph.nodes:
+                if n.op in ops:
+                    by_kind[1][n.name] = data_type
+        elif "start_tensor_names" in entry or "end_tensor_names" in entry:
+            for name in _subgraph_nodes(graph, list(entry.get("start_tensor_names", [])),
+                                        list(entry.get("end_tensor_names", []))):
+                by_kind[0][name] = data_type
+        else:
+            raise ConfigError(f"layer_configs entry {entry!r} names no layer_name, op_type "
+                              "or start_tensor_names/end_tensor_names")
+    result: Dict[str, str] = {}
+    for level in by_kind:
+        result.update(level)
+    return result
+
+
+def _activation_role(node: Node, slot: Optional[int]) -> str:
+    """quant_cfg role of ``node``'s input ``slot`` (None: its output)."""
+    if slot is None:
+        return _OUTPUT_ROLE.get(node.op, "activations")
+    return _INPUT_ROLE.get(node.op, "activations")
+
+
+def _role_bits(config: Mapping[str, Any], role: str) -> int:
+    settings = quant_cfg_for(config, role)
+    if settings.get("is_per_channel"):
+        raise ConfigError(f"quant_cfg[{role!r}].is_per_channel: activations are quantized per "
+                          "tensor only; per-channel applies to weight roles")
+    return int(settings.get("num_bits", 8))
+
+
+def make_plan(graph: Graph, config: Mapping[str, Any]) -> QuantPlan:
+    """The quantization plan of ``graph`` (nodes must be in topological order)."""
+    data_types = layer_data_types(graph, config)
+    producers = {t: n for n in graph.nodes for t in n.outputs}
+    quantized: List[str] = []
+    anchors: List[str] = []
+    shared: Dict[str, str] = {}
+    param_uses: List[ParamUse] = []
+    bits: Dict[str, int] = {}
+    forced: Dict[str, str] = {}
+
+    def anchor_of(t: str) -> str:
+        return shared.get(t, t)
+
+    def note_bits(t: str, role: str) -> None:
+        a = anchor_of(t)
+        bits[a] = max(bits.get(a, 8), _role_bits(config, role))
+
+    for node in graph.nodes:
+        if node.op not in QUANTIZED_OPS or data_types.get(node.name) == "fp32":
+            continue
+        if not _operands_quantizable(graph, node):
+            continue
+        quantized.append(node.name)
+        for slot, t in enumerate(node.inputs):
+            if graph.is_param(t):
+                role = ("constant" if node.op not in _WEIGHTED_OPS
+                        else "weight" if slot == 1 else "bias")
+                param_uses.append(ParamUse(node.name, slot, t, role))
+                continue
+            if t not in bits and t not in shared:
+                anchors.append(t)
+            note_bits(t, _activation_role(node, slot))
+        out = node.outputs[0]
+        if is_scale_preserving(node):
+            shared[out] = anchor_of(node.inputs[0])
+        else:
+            anchors.append(out)
+            if data_types.get(node.name) in ("int8", "uint8", "int16"):
+                forced[out] = data_types[node.name]
+        note_bits(out, _activation_role(node, None))
+
+    quantized_set = set(quantized)
+    border = {t for t in anchors
+              if t not in producers or producers[t].name not in quantized_set}
+    return QuantPlan(quantized, anchors, shared, border, param_uses, bits, forced)
+
+
+def calibration_tensors(graph: Graph, config: Mapping[str, Any]) -> List[str]:
+    """Tensors whose statistics the quantizer needs, in graph order (the plan's anchors)."""
+    return list(make_plan(graph, config).anchors)

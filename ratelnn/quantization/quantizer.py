@@ -1,0 +1,182 @@
+"""The quantizer: float IR + calibration statistics -> quantized IR (docs/quantization.md).
+
+:func:`quantize` returns a copy of the graph whose ``qparams`` hold a :class:`QParams` for
+every quantization point (:mod:`.policy`), weight and bias, and whose ``params`` hold the
+integer weights (int8/int16), int32 biases and integer constant operands of quantized ops.
+Scales are float32 values (stored as Python floats, or float32 arrays per channel).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping, Optional, Tuple
+
+import numpy as np
+
+from ..config import ConfigError
+from ..errors import CalibrationError, ModelError
+from ..ir import Graph, QParams, TensorInfo
+from . import arith
+from .policy import QuantPlan, make_plan, quant_cfg_for
+from .thresholds import threshold_for
+
+# Smallest scale ever used (2**-40, exact in float32): a tensor or weight channel whose
+# range is (nearly) zero still gets a usable, non-zero scale; bias scales s_in*s_w then stay
+# >= 2**-80, a normal float32.
+MIN_SCALE = 2.0 ** -40
+
+_DTYPE_OF_BITS = {8: "int8", 16: "int16"}
+_round_half_away = arith.ROUNDERS["half_away_from_zero"]
+
+
+def scale_for(magnitude: float, qmax: int) -> float:
+    """float32(max(magnitude / qmax, MIN_SCALE)) as a Python float (division in float64)."""
+    return float(np.float32(max(float(magnitude) / qmax, MIN_SCALE)))
+
+
+def activation_dtype(calibrated_min: float, bits: int, forced: Optional[str] = None) -> str:
+    """``forced`` if given, else int16 for 16 bits, uint8 when the minimum is >= 0, else int8."""
+    if forced is not None:
+        return forced
+    if bits == 16:
+        return "int16"
+    return "uint8" if calibrated_min >= 0 else "int8"
+
+
+def activation_qparams(tensor: str, stats: Any, config: Mapping[str, Any], bits: int = 8,
+                       forced: Optional[str] = None, node_name: Optional[str] = None) -> QParams:
+    """Per-tensor QParams of an activation from its statistics."""
+    threshold = threshold_for(tensor, stats, config, node_name)
+    dtype = activation_dtype(float(stats.min), bits, forced)
+    return QParams(dtype, scale_for(threshold, arith.qmax_of(dtype)))
+
+
+def _float_param(name: str, value: np.ndarray) -> np.ndarray:
+    if value.dtype.kind != "f":
+        raise ModelError(f"parameter {name!r} has dtype {value.dtype}, expected float "
+                         "(is the graph already quantized?)")
+    if not np.all(np.isfinite(value)):
+        raise ModelError(f"parameter {name!r} contains NaN or Inf")
+    return value.astype(np.float32)
+
+
+def quantize_weight(w: np.ndarray, bits: int = 8, axis: Optional[int] = None) -> Tuple[np.ndarray, QParams]:
+    """Symmetric weight quantization, per channel along ``axis`` (None: per tensor).
+
+    scale_c = float32(max|w_c| / qmax); an all-zero channel gets scale 1.
+    Codes: round half away from zero of float32(w / scale_c), saturated.
+    """
+    if bits not in _DTYPE_OF_BITS:
+        raise ConfigError(f"weights must have 8 or 16 bits, got num_bits={bits!r}")
+    dtype = _DTYPE_OF_BITS[bits]
+    qmax = arith.qmax_of(dtype)
+    w = np.asarray(w, dtype=np.float32)
+    if axis is None:
+        magnitudes = np.array([np.max(np.abs(w), initial=0.0)], dtype=np.float64)
+    else:
+        axis = axis % w.ndim
+        other = tuple(i for i in range(w.ndim) if i != axis)
+        magnitudes = np.max(np.abs(w), axis=other, initial=0.0).astype(np.float64)
+    scales = np.array([1.0 if m == 0 else scale_for(m, qmax) for m in magnitudes], dtype=np.float32)
+    if axis is None:
+        scale = float(scales[0])
+        return arith.quantize(w, scale, dtype), QParams(dtype, scale)
+    return arith.quantize(w, scales, dtype, axis=axis), QParams(dtype, scales, axis)
+
+
+def quantize_bias(b: np.ndarray, input_scale: float, weight: QParams) -> Tuple[np.ndarray, QParams]:
+    """int32 bias at scale float32(s_in * s_w[c]): round half away from zero of
+    b / scale computed in float64, saturated to the int32 range."""
+    b = np.asarray(b, dtype=np.float32)
+    w_scale = np.asarray(weight.scale, dtype=np.float64)
+    scale = (np.float64(input_scale) * w_scale).astype(np.float32)
+    if weight.per_channel and b.shape != scale.shape:
+        raise ModelError(f"bias of shape {b.shape} does not match {scale.size} output channels")
+    codes = _round_half_away(b.astype(np.float64) / scale.astype(np.float64))
+    lo, hi = arith.QRANGE["int32"]
+    q = np.clip(codes, lo, hi).astype(np.int32)
+    if weight.per_channel:
+        return q, QParams("int32", scale, 0)
+    return q, QParams("int32", float(scale))
+
+
+def quantize_constant(c: np.ndarray) -> Tuple[np.ndarray, QParams]:
+    """A constant operand (of Add/Sub/Mul/Concat): per tensor, uint8 if all values are >= 0
+    else int8, scale = max|c| / qmax."""
+    c = np.asarray(c, dtype=np.float32)
+    dtype = "uint8" if c.size == 0 or np.min(c) >= 0 else "int8"
+    scale = scale_for(np.max(np.abs(c), initial=0.0), arith.qmax_of(dtype))
+    return arith.quantize(c, scale, dtype), QParams(dtype, scale)
+
+
+def check_statistics(tensors, stats: Mapping[str, Any]) -> None:
+    """Raise CalibrationError naming every tensor of ``tensors`` without usable statistics."""
+    missing = [t for t in tensors if t not in stats]
+    if missing:
+        shown = ", ".join(repr(t) for t in missing[:20])
+        more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+        raise CalibrationError(
+            f"no calibration statistics for {len(missing)} tensor(s): {shown}{more}; run the "
+            "calibration model (to_cal) on calibration data with this output_dir first")
+    empty = [t for t in tensors if getattr(stats[t], "batches", 1) == 0]
+    if empty:
+        raise CalibrationError(f"calibration statistics of {empty} recorded no batch")
+
+
+def _weight_axis(node, weight: np.ndarray) -> int:
+    """Output-channel axis of a Conv2D (HWIO) or MatMul weight."""
+    if node.op == "MatMul" and node.attrs.get("transpose_b", False):
+        return 0
+    return weight.ndim - 1
+
+
+def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> None:
+    """Replace the parameter operands of quantized nodes by integer params with qparams.
+
+    A parameter read more than once gets one integer copy per quantized use
+    (``<param>/<node>``), so float readers and other uses keep their own values.
+    """
+    uses = Counter(t for n in q.nodes for t in n.inputs)
+    nodes = {n.name: n for n in q.nodes}
+    originals = dict(q.params)
+    for use in plan.param_uses:
+        node = nodes[use.node]
+        value = _float_param(use.param, originals[use.param])
+        if use.role == "weight":
+            role = "conv_weights" if node.op == "Conv2D" else "matmul_weights"
+            settings = quant_cfg_for(config, role)
+            axis = _weight_axis(node, value) if settings.get("is_per_channel", True) else None
+            codes, qp = quantize_weight(value, int(settings.get("num_bits", 8)), axis)
+        elif use.role == "bias":
+            codes, qp = quantize_bias(value, q.qparams[node.inputs[0]].scale, q.qparams[node.inputs[1]])
+        else:
+            codes, qp = quantize_constant(value)
+        name = use.param
+        if uses[use.param] > 1 or use.param in q.outputs:
+            name = q.unique_name(f"{use.param}/{node.name}")
+        q.params[name] = codes
+        q.tensors[name] = TensorInfo(tuple(codes.shape), str(codes.dtype))
+        q.qparams[name] = qp
+        node.inputs[use.slot] = name
+    read = {t for n in q.nodes for t in n.inputs} | set(q.outputs)
+    for name in {u.param for u in plan.param_uses} - read:
+        del q.params[name]
+        q.tensors.pop(name, None)
+
+
+def quantize(graph: Graph, stats: Mapping[str, Any], config: Mapping[str, Any]) -> Graph:
+    """Quantized copy of ``graph`` from ``stats`` (tensor name -> TensorStats).
+
+    Raises CalibrationError naming tensors without statistics or with NaN/Inf statistics,
+    ConfigError for unsupported settings, ModelError for non-float or non-finite params.
+    """
+    plan = make_plan(graph, config)
+    check_statistics(plan.anchors, stats)
+    q = graph.copy()
+    producer_names = {t: n.name for n in q.nodes for t in n.outputs}
+    for t in plan.anchors:
+        q.qparams[t] = activation_qparams(t, stats[t], config, plan.activation_bits[t],
+                                          plan.forced_dtype.get(t), producer_names.get(t))
+    for t, anchor in plan.shared.items():
+        q.qparams[t] = QParams(q.qparams[anchor].dtype, q.qparams[anchor].scale)
+    _quantize_params(q, plan, config)
+    return q
