@@ -1,0 +1,67 @@
+"""Freeze Keras 3 models and SavedModels into GraphDefs that ratelnn can convert.
+
+Both helpers return ``(graph_def, input_names, output_names)``: the node names to put
+in the config's ``input_nodes`` / ``output_nodes``.
+"""
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Sequence, Tuple
+
+from ...errors import ModelError
+
+
+def _frozen(concrete_function) -> Tuple[object, List[str], List[str]]:
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    frozen = convert_variables_to_constants_v2(concrete_function)
+    graph_def = frozen.graph.as_graph_def()
+    inputs = [t.name.split(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
+    outputs = [t.name[:-2] if t.name.endswith(":0") else t.name for t in frozen.outputs]
+    return graph_def, inputs, outputs
+
+
+def _placeholder_name(name: str, index: int) -> str:
+    clean = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name or "")
+    return clean if re.match(r"[A-Za-z]", clean) else f"input_{index}"
+
+
+def freeze_keras(model, input_shapes: Optional[Sequence[Sequence[Optional[int]]]] = None):
+    """Freeze a Keras 3 model (inference mode) into a GraphDef.
+
+    ``input_shapes``: one shape per model input (``None`` dims stay dynamic); default
+    the model's own input shapes.  Returns ``(graph_def, input_names, output_names)``.
+    """
+    import tensorflow as tf
+    model_inputs = list(getattr(model, "inputs", None) or [])
+    if input_shapes is None:
+        if not model_inputs:
+            raise ModelError("the Keras model has no known inputs (build it or pass input_shapes)")
+        input_shapes = [tuple(t.shape) for t in model_inputs]
+    names = [_placeholder_name(getattr(t, "name", ""), i) for i, t in enumerate(model_inputs)]
+    names += [f"input_{i}" for i in range(len(names), len(input_shapes))]
+    dtypes = [getattr(t, "dtype", "float32") for t in model_inputs] + ["float32"] * len(input_shapes)
+    specs = [tf.TensorSpec(list(s), tf.as_dtype(d), name=n)
+             for s, d, n in zip(input_shapes, dtypes, names)]
+
+    @tf.function
+    def run(*args):
+        return model(args[0] if len(args) == 1 else list(args), training=False)
+
+    return _frozen(run.get_concrete_function(*specs))
+
+
+def freeze_saved_model(path: str, signature: str = "serving_default"):
+    """Freeze signature ``signature`` of the SavedModel at ``path`` into a GraphDef.
+
+    Returns ``(graph_def, input_names, output_names)``.
+    """
+    import tensorflow as tf
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load SavedModel {path!r}: {e}") from e
+    if signature not in loaded.signatures:
+        raise ModelError(f"SavedModel {path!r} has no signature {signature!r}; "
+                         f"it has {sorted(loaded.signatures.keys())}")
+    return _frozen(loaded.signatures[signature])

@@ -1,0 +1,435 @@
+"""Frozen TensorFlow GraphDef -> ratelnn IR (docs/ir.md, docs/tensorflow.md).
+
+Static shapes come from TensorFlow itself: the GraphDef is imported into a fresh
+``tf.Graph`` with its inputs mapped to placeholders of the user's ``input_shapes``, and
+every tensor's inferred shape is read back.  Ops outside the IR vocabulary (or whose
+operands the IR cannot express) become ``Opaque`` nodes holding their NodeDef.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ...errors import ModelError
+from ...ir import Graph, Node, TensorInfo
+
+# ops that only exist in graphs whose variables have not been turned into constants
+_VARIABLE_OPS = {
+    "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "ResourceGather",
+    "ResourceGatherNd", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "VarIsInitializedOp", "Assign", "AssignAdd", "AssignSub", "TemporaryVariable",
+}
+_IDENTITY_OPS = {"Identity", "StopGradient", "Snapshot", "PreventGradient"}
+_UNARY = {"Relu": "Relu", "Relu6": "Relu6", "Sigmoid": "Sigmoid", "Tanh": "Tanh",
+          "Softplus": "Softplus", "Rsqrt": "Rsqrt", "Sqrt": "Sqrt", "Square": "Square",
+          "Neg": "Neg", "Exp": "Exp"}
+_BINARY = {"Add": "Add", "AddV2": "Add", "Sub": "Sub", "Mul": "Mul", "RealDiv": "Div",
+           "Maximum": "Maximum", "Minimum": "Minimum"}
+
+
+def tensor_name(ref: str) -> str:
+    """IR name of a TF tensor reference: ``node:0`` -> ``node``, ``node:k`` kept."""
+    return ref[:-2] if ref.endswith(":0") else ref
+
+
+def _node_of(ref: str) -> str:
+    return ref.lstrip("^").split(":")[0]
+
+
+# ---------------------------------------------------------------- validation
+def _check_graph_def(graph_def) -> Dict[str, object]:
+    """Name -> NodeDef, after checking the GraphDef is well formed and frozen."""
+    from tensorflow.core.framework import graph_pb2
+    if not isinstance(graph_def, graph_pb2.GraphDef):
+        raise ModelError(f"expected a frozen tf.compat.v1.GraphDef, got {type(graph_def).__name__}")
+    nodes: Dict[str, object] = {}
+    for nd in graph_def.node:
+        if nd.name in nodes:
+            raise ModelError(f"malformed GraphDef: duplicate node name {nd.name!r}")
+        nodes[nd.name] = nd
+    for nd in graph_def.node:
+        if nd.op in _VARIABLE_OPS:
+            raise ModelError(f"graph is not frozen: variable op {nd.name!r} ({nd.op}); freeze it with "
+                             "ratelnn.frontend.tensorflow.freeze_keras/freeze_saved_model")
+        for ref in nd.input:
+            if _node_of(ref) not in nodes:
+                raise ModelError(f"malformed GraphDef: node {nd.name!r} reads {ref!r}, "
+                                 f"but there is no node {_node_of(ref)!r}")
+    _check_acyclic(nodes)
+    return nodes
+
+
+def _check_acyclic(nodes: Dict[str, object]) -> None:
+    state: Dict[str, int] = {}
+    for root in nodes:
+        if state.get(root) == 2:
+            continue
+        stack = [(root, iter(nodes[root].input))]
+        state[root] = 1
+        while stack:
+            name, it = stack[-1]
+            ref = next(it, None)
+            if ref is None:
+                state[name] = 2
+                stack.pop()
+                continue
+            dep = _node_of(ref)
+            if state.get(dep) == 1 and nodes[dep].op not in ("NextIteration", "RefNextIteration"):
+                raise ModelError(f"malformed GraphDef: cycle through node {dep!r}")
+            if dep not in state:
+                state[dep] = 1
+                stack.append((dep, iter(nodes[dep].input)))
+
+
+def _resolve_names(names: Sequence[str], nodes: Dict[str, object], what: str) -> List[str]:
+    """IR tensor names for the user's ``input_nodes``/``output_nodes``."""
+    out = []
+    for name in names:
+        node_name = name.split(":")[0]
+        if node_name not in nodes:
+            close = difflib.get_close_matches(node_name, list(nodes), n=5)
+            hint = f"; close matches: {close}" if close else ""
+            raise ModelError(f"{what} {name!r} is not a node of the GraphDef{hint}")
+        out.append(tensor_name(name))
+    return out
+
+
+# ---------------------------------------------------------------- shape inference
+def _infer_shapes(graph_def, inputs: List[str], input_shapes, nodes) -> object:
+    """A tf.Graph holding the GraphDef under the prefix ``import/`` with the inputs
+    replaced by placeholders of ``input_shapes``."""
+    import tensorflow as tf
+    graph = tf.Graph()
+    input_map = {}
+    with graph.as_default():
+        for i, (name, shape) in enumerate(zip(inputs, input_shapes)):
+            nd = nodes[name.split(":")[0]]
+            _check_input_shape(name, nd, shape)
+            dtype = tf.as_dtype(nd.attr["dtype"].type) if "dtype" in nd.attr else tf.float32
+            ph = tf.compat.v1.placeholder(dtype, shape, name=f"ratelnn_input_{i}")
+            input_map[name if ":" in name else name + ":0"] = ph
+        try:
+            tf.compat.v1.import_graph_def(graph_def, input_map=input_map, name="import")
+        except (ValueError, TypeError) as e:
+            raise ModelError(f"TensorFlow cannot import the GraphDef with input_shapes {input_shapes}: {e}") from e
+    return graph
+
+
+def _check_input_shape(name: str, nd, shape) -> None:
+    if "shape" not in nd.attr or nd.attr["shape"].shape.unknown_rank:
+        return
+    declared = [d.size for d in nd.attr["shape"].shape.dim]
+    if len(declared) != len(shape):
+        raise ModelError(f"input_shapes for {name!r} has rank {len(shape)} ({list(shape)}), "
+                         f"but the placeholder has rank {len(declared)} ({declared})")
+    for axis, (want, have) in enumerate(zip(declared, shape)):
+        if want >= 0 and have is not None and want != have:
+            raise ModelError(f"input_shapes for {name!r}: dim {axis} is {have}, "
+                             f"but the placeholder fixes it to {want} ({declared})")
+
+
+# ---------------------------------------------------------------- translation
+class _Importer:
+    def __init__(self, nodes, tf_graph, graph: Graph, inputs: List[str]):
+        self.nodes = nodes
+        self.tf_graph = tf_graph
+        self.graph = graph
+        self.placeholders = {name: tf_graph.get_tensor_by_name(f"ratelnn_input_{i}:0")
+                             for i, name in enumerate(inputs)}
+
+    # -- facts about TF tensors
+    def tf_tensor(self, ref: str):
+        if ref in self.placeholders:
+            return self.placeholders[ref]
+        name, _, idx = ref.partition(":")
+        return self.tf_graph.get_tensor_by_name(f"import/{name}:{idx or 0}")
+
+    def info(self, ref: str) -> TensorInfo:
+        t = self.tf_tensor(ref)
+        shape = None if t.shape.rank is None else tuple(t.shape.as_list())
+        return TensorInfo(shape, t.dtype.as_numpy_dtype.__name__ if t.dtype.is_numpy_compatible else t.dtype.name)
+
+    def const(self, ref: str) -> Optional[np.ndarray]:
+        """Value of ``ref`` if it is a Const (possibly behind Identity ops), else None."""
+        import tensorflow as tf
+        nd = self.nodes[_node_of(ref)]
+        while nd.op in _IDENTITY_OPS:
+            nd = self.nodes[_node_of(nd.input[0])]
+        return tf.make_ndarray(nd.attr["value"].tensor) if nd.op == "Const" else None
+
+    def rank(self, ref: str) -> Optional[int]:
+        shape = self.info(ref).shape
+        return None if shape is None else len(shape)
+
+    # -- building
+    def translate(self, nd) -> None:
+        inputs = [tensor_name(r) for r in nd.input if not r.startswith("^")]
+        n_out = len(self.tf_graph.get_operation_by_name(f"import/{nd.name}").outputs)
+        outputs = [nd.name] + [f"{nd.name}:{k}" for k in range(1, n_out)]
+        if nd.op == "Const":
+            self.graph.add_param(nd.name, self.const(nd.name))
+            return
+        if nd.op in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault") and not inputs:
+            raise ModelError(f"the outputs depend on placeholder {nd.name!r}, which is not in input_nodes")
+        translator = _TRANSLATORS.get(nd.op)
+        node = translator(self, nd, inputs) if translator else None
+        if node is None:
+            node = Node(nd.name, "Opaque", inputs, outputs,
+                        {"framework": "tensorflow", "type": nd.op, "payload": nd.SerializeToString()})
+        else:
+            node.outputs = outputs[:len(node.outputs)]
+        self.graph.add_node(node, [self.info(t) for t in node.outputs])
+
+
+def _attr(nd, key, default=None):
+    if key not in nd.attr:
+        return default
+    a = nd.attr[key]
+    kind = a.WhichOneof("value")
+    if kind == "list":
+        lst = a.list
+        return list(lst.i) or list(lst.f) or [s.decode() for s in lst.s]
+    if kind == "s":
+        return a.s.decode()
+    if kind == "type":
+        import tensorflow as tf
+        return tf.as_dtype(a.type).name
+    return getattr(a, kind)
+
+
+def _layout(nd) -> str:
+    return _attr(nd, "data_format", "NHWC")
+
+
+def _hw(values: Sequence[int], layout: str):
+    """The (h, w) entries of a 4-element strides/dilations/ksize list."""
+    return (values[1], values[2]) if layout == "NHWC" else (values[2], values[3])
+
+
+def _pads(imp: _Importer, nd, x: str, ksize, strides, dilations) -> Optional[tuple]:
+    """Explicit (top, bottom, left, right) pads for TF's SAME / VALID / EXPLICIT."""
+    layout = _layout(nd)
+    padding = _attr(nd, "padding")
+    if padding == "VALID":
+        return (0, 0, 0, 0)
+    if padding == "EXPLICIT":
+        p = _attr(nd, "explicit_paddings")  # (before, after) per dim, in layout order
+        return tuple(p[2:6]) if layout == "NHWC" else tuple(p[4:8])
+    shape = imp.info(x).shape
+    if shape is None:
+        return None
+    size = _hw(shape, layout)
+    pads = []
+    for n, k, s, d in zip(size, ksize, strides, dilations):
+        if n is None:
+            return None
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        pads += [total // 2, total - total // 2]
+    return tuple(pads)
+
+
+def _conv(imp: _Importer, nd, inputs):
+    layout = _layout(nd)
+    strides = _hw(_attr(nd, "strides"), layout)
+    dilations = _hw(_attr(nd, "dilations", [1, 1, 1, 1]), layout)
+    w_info = imp.info(inputs[1])
+    if w_info.shape is None or None in w_info.shape:
+        return None
+    kh, kw, cin, mult = w_info.shape
+    pads = _pads(imp, nd, inputs[0], (kh, kw), strides, dilations)
+    if pads is None:
+        return None
+    attrs = {"strides": strides, "dilations": dilations, "pads": pads, "groups": 1,
+             "layout": layout, "act": "none", "act_alpha": 0.0}
+    weights = inputs[1]
+    if nd.op == "DepthwiseConv2dNative":
+        attrs["groups"] = cin
+        value = imp.const(inputs[1])
+        if value is None:
+            return None
+        weights = imp.graph.add_param(imp.graph.unique_name(f"{nd.name}/depthwise_weights"),
+                                      value.reshape(kh, kw, 1, cin * mult))
+    return Node(nd.name, "Conv2D", [inputs[0], weights], [nd.name], attrs)
+
+
+def _matmul(imp, nd, inputs):
+    return Node(nd.name, "MatMul", inputs[:2], [nd.name],
+                {"transpose_a": bool(_attr(nd, "transpose_a", False)),
+                 "transpose_b": bool(_attr(nd, "transpose_b", False)), "act": "none", "act_alpha": 0.0})
+
+
+def _pool(imp, nd, inputs):
+    layout = _layout(nd)
+    ksize = _hw(_attr(nd, "ksize"), layout)
+    strides = _hw(_attr(nd, "strides"), layout)
+    pads = _pads(imp, nd, inputs[0], ksize, strides, (1, 1))
+    if pads is None:
+        return None
+    attrs = {"ksize": ksize, "strides": strides, "pads": pads, "layout": layout}
+    op = "MaxPool" if nd.op == "MaxPool" else "AvgPool"
+    if op == "AvgPool":
+        attrs["count_include_pad"] = False
+    return Node(nd.name, op, inputs[:1], [nd.name], attrs)
+
+
+def _axes(imp, ref: str, data: str) -> Optional[tuple]:
+    value, rank = imp.const(ref), imp.rank(data)
+    if value is None or rank is None:
+        return None
+    return tuple(sorted(int(a) % rank for a in np.atleast_1d(value)))
+
+
+def _mean(imp, nd, inputs):
+    axes = _axes(imp, inputs[1], inputs[0])
+    if axes is None:
+        return None
+    return Node(nd.name, "Mean", inputs[:1], [nd.name], {"axes": axes, "keepdims": bool(_attr(nd, "keep_dims"))})
+
+
+def _concat(imp, nd, inputs):
+    axis = imp.const(inputs[-1])
+    rank = imp.rank(inputs[0])
+    if axis is None or rank is None:
+        return None
+    return Node(nd.name, "Concat", inputs[:-1], [nd.name], {"axis": int(axis) % rank})
+
+
+def _reshape(imp, nd, inputs):
+    shape = imp.const(inputs[1])
+    if shape is None:  # computed shape (e.g. Keras Flatten): use the static result shape
+        static = imp.info(nd.name).shape
+        if static is None or None in static:
+            return None
+        shape = static
+    return Node(nd.name, "Reshape", inputs[:1], [nd.name], {"shape": tuple(int(d) for d in shape)})
+
+
+def _squeeze(imp, nd, inputs):
+    shape = imp.info(inputs[0]).shape
+    if shape is None:
+        return None
+    axes = _attr(nd, "squeeze_dims", [])
+    axes = tuple(sorted(a % len(shape) for a in axes)) if axes else tuple(i for i, d in enumerate(shape) if d == 1)
+    return Node(nd.name, "Squeeze", inputs[:1], [nd.name], {"axes": axes})
+
+
+def _pad(imp, nd, inputs):
+    pads = imp.const(inputs[1])
+    value = imp.const(inputs[2]) if nd.op == "PadV2" else 0
+    if pads is None or value is None:
+        return None
+    return Node(nd.name, "Pad", inputs[:1], [nd.name],
+                {"pads": tuple(tuple(int(v) for v in p) for p in pads), "value": float(value)})
+
+
+def _transpose(imp, nd, inputs):
+    perm = imp.const(inputs[1])
+    if perm is None:
+        return None
+    return Node(nd.name, "Transpose", inputs[:1], [nd.name], {"perm": tuple(int(p) for p in perm)})
+
+
+def _softmax(imp, nd, inputs):
+    rank = imp.rank(inputs[0])
+    return None if rank is None else Node(nd.name, "Softmax", inputs, [nd.name], {"axis": rank - 1})
+
+
+def _batchnorm(imp, nd, inputs):
+    if _attr(nd, "is_training", True):
+        return None
+    op = imp.tf_graph.get_operation_by_name(f"import/{nd.name}")
+    if any(out.consumers() for out in op.outputs[1:]):
+        return None
+    axis = 3 if _layout(nd) == "NHWC" else 1
+    return Node(nd.name, "BatchNorm", inputs[:5], [nd.name], {"eps": float(_attr(nd, "epsilon", 1e-3)), "axis": axis})
+
+
+def _identity(imp, nd, inputs):
+    return Node(nd.name, "Identity", inputs, [nd.name]) if len(inputs) == 1 else None
+
+
+def _quant(imp, nd, inputs):
+    attrs = {"dtype": _attr(nd, "out_type"), "round_mode": _attr(nd, "round_mode", "half_away_from_zero")}
+    attrs.update(_scale_attrs(nd))
+    return Node(nd.name, "Quant", inputs, [nd.name], attrs)
+
+
+def _scale_attrs(nd) -> dict:
+    scales = _attr(nd, "scales", [])
+    if scales:
+        return {"scales": [float(s) for s in scales], "axis": int(_attr(nd, "axis", -1))}
+    return {"scale": float(_attr(nd, "scale"))}
+
+
+_TRANSLATORS: Dict[str, Callable] = {
+    "Conv2D": _conv, "DepthwiseConv2dNative": _conv, "MatMul": _matmul,
+    "BiasAdd": lambda imp, nd, i: Node(nd.name, "BiasAdd", i, [nd.name], {"layout": _layout(nd)}),
+    "LeakyRelu": lambda imp, nd, i: Node(nd.name, "LeakyRelu", i, [nd.name], {"alpha": float(_attr(nd, "alpha"))}),
+    "MaxPool": _pool, "AvgPool": _pool, "Mean": _mean, "ConcatV2": _concat, "Reshape": _reshape,
+    "Squeeze": _squeeze, "Pad": _pad, "PadV2": _pad, "Transpose": _transpose, "Softmax": _softmax,
+    "FusedBatchNorm": _batchnorm, "FusedBatchNormV3": _batchnorm,
+    "IdentityN": _identity,
+    "RatelMinMax": lambda imp, nd, i: Node(nd.name, "MinMax", i, [nd.name], {
+        key: _attr(nd, key) for key in ("tensor_name", "output_dir", "record", "ema_decay") if key in nd.attr}),
+    "RatelQuant": _quant,
+    "RatelDequant": lambda imp, nd, i: Node(nd.name, "Dequant", i, [nd.name], _scale_attrs(nd)),
+}
+_TRANSLATORS.update({op: _identity for op in _IDENTITY_OPS})
+_TRANSLATORS.update({tf_op: (lambda ir_op: lambda imp, nd, i: Node(nd.name, ir_op, i, [nd.name]))(ir_op)
+                     for tf_op, ir_op in {**_UNARY, **_BINARY}.items()})
+
+
+# ---------------------------------------------------------------- entry point
+def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[str],
+                    input_shapes: Sequence[Sequence[int]]) -> Graph:
+    """Translate a frozen GraphDef to the IR, with inputs specialised to ``input_shapes``
+    (one shape per input node).  Raises ModelError for a malformed or unfrozen GraphDef,
+    unknown node names, or input shapes that do not fit the placeholders."""
+    nodes = _check_graph_def(graph_def)
+    if len(input_shapes) != len(input_nodes):
+        raise ModelError(f"{len(input_shapes)} input_shapes for {len(input_nodes)} input nodes")
+    inputs = _resolve_names(input_nodes, nodes, "input node")
+    outputs = _resolve_names(output_nodes, nodes, "output node")
+    if any(nd.op.startswith("Ratel") for nd in nodes.values()):
+        import ratelnn
+        ratelnn.tf_init()
+    tf_graph = _infer_shapes(graph_def, inputs, input_shapes, nodes)
+
+    graph = Graph(name="tensorflow")
+    imp = _Importer(nodes, tf_graph, graph, inputs)
+    for name in inputs:
+        graph.add_input(name, imp.info(name).shape, imp.info(name).dtype)
+    for nd in _reachable(nodes, inputs, outputs):
+        imp.translate(nd)
+    graph.outputs = list(outputs)
+    try:
+        graph.toposort()
+    except ValueError as e:
+        raise ModelError(f"GraphDef cannot be translated: {e}") from e
+    graph.prune()
+    return graph
+
+
+def _reachable(nodes, inputs: List[str], outputs: List[str]) -> list:
+    """NodeDefs the outputs depend on through data edges, stopping at the inputs, in
+    topological order."""
+    stop = {_node_of(i) for i in inputs}
+    order, done = [], set()
+    for out in outputs:
+        stack = [(_node_of(out), False)]
+        while stack:
+            name, expanded = stack.pop()
+            if name in done or name in stop:
+                continue
+            if expanded:
+                done.add(name)
+                order.append(nodes[name])
+                continue
+            stack.append((name, True))
+            for ref in nodes[name].input:
+                if not ref.startswith("^"):
+                    stack.append((_node_of(ref), False))
+    return order

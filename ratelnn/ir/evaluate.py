@@ -1,0 +1,274 @@
+"""Reference float evaluator of the IR (docs/ir.md), in numpy.
+
+:func:`evaluate` runs a :class:`~ratelnn.ir.graph.Graph` on numpy inputs; it is the
+reference the tests compare against and the engine of constant folding.  All float
+arithmetic is float32.  ``Quant``/``Dequant`` follow :mod:`ratelnn.quantization.arith`;
+``MinMax`` passes its input through; ``Opaque`` and ``Engine`` cannot be evaluated here.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..errors import RatelError
+from ..quantization import arith
+from .graph import Graph, Node
+
+
+class EvaluationError(RatelError, RuntimeError):
+    """A node cannot be evaluated (unknown op, Opaque framework op, missing feed)."""
+
+
+# ---------------------------------------------------------------- helpers
+def _to_nhwc(x: np.ndarray, layout: str) -> np.ndarray:
+    return x.transpose(0, 2, 3, 1) if layout == "NCHW" else x
+
+
+def _from_nhwc(x: np.ndarray, layout: str) -> np.ndarray:
+    return x.transpose(0, 3, 1, 2) if layout == "NCHW" else x
+
+
+def _windows(x: np.ndarray, ksize, strides, dilations) -> np.ndarray:
+    """Sliding windows of NHWC ``x``: array ``[N, OH, OW, KH, KW, C]``."""
+    kh, kw = ksize
+    sh, sw = strides
+    dh, dw = dilations
+    n, h, w, c = x.shape
+    oh = (h - (kh - 1) * dh - 1) // sh + 1
+    ow = (w - (kw - 1) * dw - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise EvaluationError(f"window {ksize} (dilation {dilations}) larger than padded input {x.shape[1:3]}")
+    out = np.empty((n, oh, ow, kh, kw, c), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, :, i, j, :] = x[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                                      j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+    return out
+
+
+def _pad_hw(x: np.ndarray, pads, value: float = 0.0) -> np.ndarray:
+    top, bottom, left, right = pads
+    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
+
+
+def apply_act(y: np.ndarray, act: str, alpha: float = 0.2) -> np.ndarray:
+    """The fused activation ``act`` of Conv2D/MatMul (docs/ir.md)."""
+    if act in (None, "none"):
+        return y
+    if act == "relu":
+        return np.maximum(y, np.float32(0))
+    if act == "relu6":
+        return np.clip(y, np.float32(0), np.float32(6))
+    if act == "leaky_relu":
+        return np.where(y >= 0, y, (y * np.float32(alpha)).astype(np.float32))
+    raise EvaluationError(f"unknown fused activation {act!r}")
+
+
+def _f32(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32)
+
+
+# ---------------------------------------------------------------- ops
+def _conv2d(node: Node, x, w, b=None):
+    a = node.attrs
+    layout = a.get("layout", "NHWC")
+    groups = int(a.get("groups", 1))
+    xh = _pad_hw(_to_nhwc(_f32(x), layout), a.get("pads", (0, 0, 0, 0)))
+    w = _f32(w)
+    kh, kw, cin_g, cout = w.shape
+    if xh.shape[3] != cin_g * groups or cout % groups:
+        raise EvaluationError(f"{node.name}: input channels {xh.shape[3]} / weights {w.shape} "
+                              f"do not match groups={groups}")
+    win = _windows(xh, (kh, kw), a.get("strides", (1, 1)), a.get("dilations", (1, 1)))
+    n, oh, ow = win.shape[:3]
+    win = win.reshape(n, oh, ow, kh, kw, groups, cin_g)
+    wg = w.reshape(kh, kw, cin_g, groups, cout // groups)
+    y = np.einsum("nhwijgc,ijcgo->nhwgo", win, wg, optimize=True).reshape(n, oh, ow, cout)
+    if b is not None:
+        y = y + _f32(b)
+    y = apply_act(y.astype(np.float32), a.get("act", "none"), a.get("act_alpha", 0.2))
+    return _from_nhwc(y, layout)
+
+
+def _matmul(node: Node, x, w, b=None):
+    a = node.attrs
+    x, w = _f32(x), _f32(w)
+    if a.get("transpose_a"):
+        x = x.T
+    if a.get("transpose_b"):
+        w = w.T
+    y = x @ w
+    if b is not None:
+        y = y + _f32(b)
+    return apply_act(y.astype(np.float32), a.get("act", "none"), a.get("act_alpha", 0.2))
+
+
+def _pool(node: Node, x):
+    a = node.attrs
+    layout = a.get("layout", "NHWC")
+    pads = a.get("pads", (0, 0, 0, 0))
+    xh = _to_nhwc(_f32(x), layout)
+    ksize, strides = a["ksize"], a.get("strides", (1, 1))
+    if node.op == "MaxPool":
+        win = _windows(_pad_hw(xh, pads, -np.inf), ksize, strides, (1, 1))
+        y = win.max(axis=(3, 4))
+    else:
+        win = _windows(_pad_hw(xh, pads), ksize, strides, (1, 1))
+        total = win.sum(axis=(3, 4), dtype=np.float32)
+        if a.get("count_include_pad", False):
+            count = np.float32(ksize[0] * ksize[1])
+        else:
+            ones = _pad_hw(np.ones((1,) + xh.shape[1:3] + (1,), np.float32), pads)
+            count = _windows(ones, ksize, strides, (1, 1)).sum(axis=(3, 4))
+        y = total / count
+    return _from_nhwc(y.astype(np.float32), layout)
+
+
+def _batchnorm(node: Node, x, gamma, beta, mean, var):
+    x = _f32(x)
+    axis = node.attrs.get("axis", -1) % x.ndim
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    scale = _f32(gamma) / np.sqrt(_f32(var) + np.float32(node.attrs.get("eps", 1e-3)))
+    shift = _f32(beta) - _f32(mean) * scale
+    return x * scale.reshape(shape) + shift.reshape(shape)
+
+
+def _softmax(node: Node, x):
+    x = _f32(x)
+    axis = node.attrs.get("axis", -1)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _bias_add(node: Node, x, b):
+    axis = 1 if node.attrs.get("layout") == "NCHW" and np.ndim(x) > 2 else np.ndim(x) - 1
+    shape = [1] * np.ndim(x)
+    shape[axis] = -1
+    return x + np.reshape(b, shape)
+
+
+def _quant(node: Node, x):
+    a = node.attrs
+    scale = a["scales"] if a.get("scales") is not None else a["scale"]
+    axis = a.get("axis") if a.get("scales") is not None else None
+    return arith.quantize(x, scale, a["dtype"], axis, a.get("round_mode", "half_away_from_zero"))
+
+
+def _dequant(node: Node, q):
+    a = node.attrs
+    if a.get("scales") is not None:
+        return arith.dequantize(q, a["scales"], a.get("axis"))
+    return arith.dequantize(q, a["scale"])
+
+
+def _unevaluable(node: Node, *inputs):
+    if node.op == "Opaque":
+        raise EvaluationError(f"node {node.name!r} is an Opaque {node.attrs.get('framework')} op "
+                              f"{node.attrs.get('type')!r}: the numpy evaluator cannot run it")
+    raise EvaluationError(f"node {node.name!r}: op {node.op} cannot be run by the numpy evaluator")
+
+
+_UNARY: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Identity": lambda x: x,
+    "MinMax": lambda x: x,
+    "Relu": lambda x: np.maximum(x, np.float32(0)),
+    "Relu6": lambda x: np.clip(x, np.float32(0), np.float32(6)),
+    "Sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "Tanh": np.tanh,
+    "Softplus": lambda x: np.logaddexp(np.float32(0), x),
+    "Exp": np.exp,
+    "Sqrt": np.sqrt,
+    "Rsqrt": lambda x: np.float32(1) / np.sqrt(x),
+    "Neg": np.negative,
+    "Square": np.square,
+}
+
+_BINARY: Dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+    "Maximum": np.maximum, "Minimum": np.minimum,
+}
+
+_OPS: Dict[str, Callable[..., np.ndarray]] = {
+    "Conv2D": _conv2d,
+    "MatMul": _matmul,
+    "MaxPool": _pool,
+    "AvgPool": _pool,
+    "BatchNorm": _batchnorm,
+    "Softmax": _softmax,
+    "Quant": _quant,
+    "Dequant": _dequant,
+    "Opaque": _unevaluable,
+    "Engine": _unevaluable,
+    "BiasAdd": _bias_add,
+    "LeakyRelu": lambda n, x: np.where(x >= 0, x, x * np.asarray(n.attrs.get("alpha", 0.2), x.dtype)),
+    "Mean": lambda n, x: np.mean(x, axis=tuple(n.attrs["axes"]), keepdims=bool(n.attrs.get("keepdims"))),
+    "Concat": lambda n, *xs: np.concatenate(xs, axis=n.attrs["axis"]),
+    "Reshape": lambda n, x: np.reshape(x, tuple(n.attrs["shape"])),
+    "Squeeze": lambda n, x: np.squeeze(x, axis=tuple(n.attrs["axes"])),
+    "Flatten": lambda n, x: np.reshape(x, (x.shape[0], -1)),
+    "Transpose": lambda n, x: np.transpose(x, tuple(n.attrs["perm"])),
+    "Pad": lambda n, x: np.pad(x, [tuple(p) for p in n.attrs["pads"]],
+                               constant_values=np.asarray(n.attrs.get("value", 0), x.dtype)),
+}
+
+
+
+def evaluate_node(node: Node, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """Outputs of ``node`` for the given input values (one array per output)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if node.op in _UNARY:
+            out = _UNARY[node.op](inputs[0])
+        elif node.op in _BINARY:
+            out = _BINARY[node.op](inputs[0], inputs[1])
+        elif node.op in _OPS:
+            out = _OPS[node.op](node, *inputs)
+        else:
+            raise EvaluationError(f"node {node.name!r}: unknown IR op {node.op!r}")
+    out = np.asarray(out)
+    if out.dtype == np.float64:
+        out = out.astype(np.float32)
+    return [out]
+
+
+def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray],
+             fetches: Optional[Iterable[str]] = None) -> Dict[str, np.ndarray]:
+    """Run ``graph`` on ``feeds`` (graph input name -> array) and return
+    ``{tensor name: array}`` for ``fetches`` (default: the graph outputs)."""
+    fetches = list(graph.outputs if fetches is None else fetches)
+    missing = [t for t in graph.inputs if t not in feeds]
+    if missing:
+        raise EvaluationError(f"no value fed for graph inputs {missing}")
+    values: Dict[str, np.ndarray] = {k: np.asarray(v) for k, v in graph.params.items()}
+    for name in graph.inputs:
+        values[name] = np.asarray(feeds[name])
+    needed = _needed_nodes(graph, fetches)
+    for node in graph.nodes:
+        if id(node) not in needed:
+            continue
+        try:
+            args = [values[t] for t in node.inputs]
+        except KeyError as e:
+            raise EvaluationError(f"node {node.name!r} reads tensor {e.args[0]!r} that has no value") from None
+        for t, v in zip(node.outputs, evaluate_node(node, args)):
+            values[t] = v
+    unknown = [t for t in fetches if t not in values]
+    if unknown:
+        raise EvaluationError(f"cannot fetch {unknown}: not produced by graph {graph.name!r}")
+    return {t: values[t] for t in fetches}
+
+
+def _needed_nodes(graph: Graph, fetches: Sequence[str]) -> set:
+    producers = {t: n for n in graph.nodes for t in n.outputs}
+    needed, stack, seen = set(), list(fetches), set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        n = producers.get(t)
+        if n is not None and id(n) not in needed:
+            needed.add(id(n))
+            stack.extend(n.inputs)
+    return needed
