@@ -1,0 +1,98 @@
+// A decoded, validated engine (ratelnn/proto/engine.proto) for the native NPU executor.
+//
+// decode_engine() reads the bytes with a bounds-checked wire reader and checks everything
+// docs/npu-arithmetic.md requires (shapes, dtypes, ids, attrs, requantization bounds),
+// so that run_engine() (npu_exec.h) never reads or writes out of bounds nor overflows int64.
+// Errors are EngineError with a message "engine '<name>': <problem>".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/npu_wire.h"
+
+namespace ratelnn {
+namespace npu {
+
+constexpr uint32_t kFormatMajor = 1;
+constexpr uint32_t kFormatMinor = 0;
+constexpr int kMaxRank = 6;
+constexpr int64_t kMaxElements = (int64_t(1) << 31) - 1;      // per tensor or constant
+constexpr int64_t kMaxActivationBytes = int64_t(1) << 33;     // sum over tensors, at any batch
+constexpr int64_t kMaxProduct = int64_t(1) << 62;             // |acc * multiplier| bound
+
+enum class DType : int { kInt8 = 1, kUInt8 = 2, kInt16 = 3, kInt32 = 4 };
+
+enum class Opcode : int {
+  kConv2D = 1, kFullyConnected = 2, kAdd = 3, kSub = 4, kMul = 5, kMaxPool = 6, kAvgPool = 7,
+  kMean = 8, kConcat = 9, kRequant = 10, kPad = 11, kReshape = 12, kTranspose = 13, kLut = 14,
+  kSoftmax = 15,
+};
+
+int itemsize(DType t);
+int64_t qmin(DType t);
+int64_t qmax(DType t);
+const char* dtype_name(DType t);
+const char* opcode_name(Opcode op);
+
+struct TensorDesc {
+  std::string name;
+  std::vector<int64_t> shape;  // shape[0] is the batch (Engine::batch_size as stored)
+  DType dtype = DType::kInt8;
+  double scale = 0;
+  int64_t sram_offset = 0, sram_size = 0;
+  int64_t sample_elements() const;  // product of shape[1:]
+};
+
+struct ConstDesc {
+  std::string name;
+  DType dtype = DType::kInt8;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  // little-endian, row-major
+  int64_t elements() const;
+  int64_t at(int64_t i) const;  // element i widened to int64 (caller checks the bounds)
+};
+
+struct Attrs {
+  std::vector<int64_t> strides, dilations, pads, ksize, axes, perm, multipliers, shifts;
+  int64_t groups = 0, axis = 0, pad_value = 0;
+  bool has_act_min = false, has_act_max = false;
+  int64_t act_min = 0, act_max = 0;
+  bool count_include_pad = false, keepdims = false;
+};
+
+struct Instruction {
+  Opcode opcode = Opcode::kConv2D;
+  std::vector<int> inputs, outputs, consts;
+  Attrs attrs;
+  uint64_t cycles = 0;
+  std::string name;
+  // Filled by validation: output clamp bounds, and CONV2D/FULLY_CONNECTED weights repacked
+  // to [Cout][kh][kw][Cin/groups] (bytes of the weight dtype).
+  int64_t lo = 0, hi = 0;
+  std::vector<uint8_t> packed_weights;
+  bool wide_accumulator = false;  // int64 accumulation needed (else int32 cannot overflow)
+};
+
+struct Engine {
+  uint32_t major = 0, minor = 0;
+  std::string name;
+  int64_t batch_size = 0;
+  std::vector<TensorDesc> tensors;
+  std::vector<ConstDesc> constants;
+  std::vector<int> inputs, outputs;
+  std::vector<Instruction> instructions;
+  int64_t device_id = 0;
+  std::vector<int64_t> core_ids;
+  int64_t split_mode = 0;
+  int64_t sram_bytes = 0;
+};
+
+// Decode and validate; `label` (may be empty) names the engine in errors when given,
+// else the decoded name is used.  Throws EngineError.
+Engine decode_engine(const uint8_t* data, size_t size, const std::string& label);
+
+}  // namespace npu
+}  // namespace ratelnn

@@ -1,0 +1,448 @@
+// The native NPU executor (see npu_exec.h).  Every formula here is the one of
+// docs/npu-arithmetic.md; ratelnn/npu/reference.py is the readable twin.
+#include "core/npu_exec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <thread>
+
+namespace ratelnn {
+namespace npu {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+// ---------------------------------------------------------------- integer arithmetic
+// rdiv(n, d): n / d rounded half away from zero, d > 0, |n| <= 2^62 (validated bounds).
+inline int64_t rdiv(int64_t n, int64_t d) {
+  uint64_t a = n < 0 ? uint64_t(-n) : uint64_t(n);
+  uint64_t q = a / uint64_t(d), r = a % uint64_t(d);
+  if (2 * r >= uint64_t(d)) ++q;
+  return n < 0 ? -int64_t(q) : int64_t(q);
+}
+// round_shift(p, s) == rdiv(p, 2^s), 0 <= s <= 62.
+inline int64_t round_shift(int64_t p, int s) {
+  if (s == 0) return p;
+  uint64_t a = p < 0 ? uint64_t(-p) : uint64_t(p);
+  uint64_t q = (a + (uint64_t(1) << (s - 1))) >> s;
+  return p < 0 ? -int64_t(q) : int64_t(q);
+}
+inline int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+inline int64_t load(const uint8_t* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kInt8: return reinterpret_cast<const int8_t*>(p)[i];
+    case DType::kUInt8: return p[i];
+    case DType::kInt16: { int16_t v; std::memcpy(&v, p + 2 * i, 2); return v; }
+    case DType::kInt32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
+  }
+  return 0;
+}
+inline void store(uint8_t* p, DType t, int64_t i, int64_t v) {
+  switch (t) {
+    case DType::kInt8: reinterpret_cast<int8_t*>(p)[i] = int8_t(v); return;
+    case DType::kUInt8: p[i] = uint8_t(v); return;
+    case DType::kInt16: { int16_t x = int16_t(v); std::memcpy(p + 2 * i, &x, 2); return; }
+    case DType::kInt32: { int32_t x = int32_t(v); std::memcpy(p + 4 * i, &x, 4); return; }
+  }
+}
+
+int64_t product(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
+  int64_t n = 1;
+  for (size_t i = from; i < std::min(to, s.size()); ++i) n *= s[i];
+  return n;
+}
+Shape strides_of(const Shape& s) {
+  Shape st(s.size(), 1);
+  for (int64_t d = int64_t(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
+  return st;
+}
+
+// Visit every index of `shape` in row-major order; f(k, off) gets the linear index k and,
+// for each stride vector in `strides`, the offset sum(idx[d] * strides[j][d]).
+template <int K, typename F>
+void for_each_index(const Shape& shape, const Shape (&strides)[K], F f) {
+  size_t rank = shape.size();
+  int64_t total = product(shape);
+  if (total == 0) return;
+  std::vector<int64_t> idx(rank, 0);
+  int64_t off[K] = {0};
+  for (int64_t k = 0; k < total; ++k) {
+    f(k, off);
+    for (int64_t d = int64_t(rank) - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        for (int j = 0; j < K; ++j) off[j] += strides[j][d];
+        break;
+      }
+      for (int j = 0; j < K; ++j) off[j] -= strides[j][d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+void parallel_for(int64_t total, int threads, const std::function<void(int64_t, int64_t)>& f) {
+  threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, total)));
+  if (threads == 1) { f(0, total); return; }
+  std::vector<std::thread> pool;
+  int64_t chunk = (total + threads - 1) / threads;
+  for (int t = 1; t < threads; ++t) {
+    int64_t b = t * chunk, en = std::min(total, b + chunk);
+    if (b < en) pool.emplace_back(f, b, en);
+  }
+  f(0, std::min(total, chunk));
+  for (auto& th : pool) th.join();
+}
+
+// A run-time view of one operand: bytes, dtype, shape at the run batch.
+struct View {
+  const uint8_t* data;
+  DType dtype;
+  Shape shape;
+};
+
+class Runner {
+ public:
+  Runner(const Engine& e, int64_t batch, int threads) : e_(e), n_(batch), threads_(threads), buf_(e.tensors.size()) {}
+
+  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) {
+    std::vector<size_t> last_use(e_.tensors.size(), 0);
+    for (size_t k = 0; k < e_.instructions.size(); ++k)
+      for (int id : e_.instructions[k].inputs) last_use[id] = k;
+    std::vector<bool> keep(e_.tensors.size(), false);
+    for (int id : e_.outputs) keep[id] = true;
+    for (size_t k = 0; k < e_.inputs.size(); ++k) {
+      int id = e_.inputs[k];
+      buf_[id].resize(tensor_bytes(e_, id, n_));
+      if (!buf_[id].empty()) std::memcpy(buf_[id].data(), inputs[k], buf_[id].size());
+    }
+    for (size_t k = 0; k < e_.instructions.size(); ++k) {
+      const Instruction& ins = e_.instructions[k];
+      for (int id : ins.outputs) buf_[id].assign(tensor_bytes(e_, id, n_), 0);
+      execute(ins);
+      for (int id : ins.inputs)
+        if (last_use[id] == k && !keep[id]) std::vector<uint8_t>().swap(buf_[id]);
+    }
+    for (size_t k = 0; k < e_.outputs.size(); ++k) {
+      const auto& b = buf_[e_.outputs[k]];
+      if (!b.empty()) std::memcpy(outputs[k], b.data(), b.size());
+    }
+  }
+
+ private:
+  const Engine& e_;
+  int64_t n_;
+  int threads_;
+  std::vector<std::vector<uint8_t>> buf_;
+
+  Shape shape(int id) const {
+    Shape s = e_.tensors[id].shape;
+    s[0] = n_;
+    return s;
+  }
+  View in(int id) const { return {buf_[id].data(), e_.tensors[id].dtype, shape(id)}; }
+  uint8_t* out(int id) { return buf_[id].data(); }
+  DType dt(int id) const { return e_.tensors[id].dtype; }
+  const ConstDesc& C(int id) const { return e_.constants[id]; }
+
+  void execute(const Instruction& ins) {
+    switch (ins.opcode) {
+      case Opcode::kConv2D: return conv(ins);
+      case Opcode::kFullyConnected: return conv(ins);
+      case Opcode::kAdd: case Opcode::kSub: case Opcode::kMul: return binary(ins);
+      case Opcode::kMaxPool: case Opcode::kAvgPool: return pool(ins);
+      case Opcode::kMean: return mean(ins);
+      case Opcode::kConcat: return concat(ins);
+      case Opcode::kRequant: return requant(ins);
+      case Opcode::kPad: return pad(ins);
+      case Opcode::kReshape: std::memcpy(out(ins.outputs[0]), buf_[ins.inputs[0]].data(), buf_[ins.inputs[0]].size()); return;
+      case Opcode::kTranspose: return transpose(ins);
+      case Opcode::kLut: return lut(ins);
+      case Opcode::kSoftmax: return softmax(ins);
+    }
+  }
+
+  // ---- CONV2D and FULLY_CONNECTED (a 1x1 convolution on a 1x1 image)
+  struct ConvGeom {
+    int64_t H, W, Cin, OH, OW, Cout, kh, kw, cg, sh, sw, dh, dw, pt, pl, groups;
+  };
+
+  void conv(const Instruction& ins) {
+    const Attrs& a = ins.attrs;
+    Shape xs = shape(ins.inputs[0]);
+    const ConstDesc& w = C(ins.consts[0]);
+    ConvGeom g;
+    if (ins.opcode == Opcode::kConv2D) {
+      Shape ys = shape(ins.outputs[0]);
+      g = {xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], w.shape[0], w.shape[1], w.shape[2],
+           a.strides[0], a.strides[1], a.dilations[0], a.dilations[1], a.pads[0], a.pads[2], a.groups};
+    } else {
+      g = {1, 1, xs[1], 1, 1, w.shape[1], 1, 1, w.shape[0], 1, 1, 1, 1, 0, 0, 1};
+    }
+    bool wide = ins.wide_accumulator;
+    DType xt = dt(ins.inputs[0]);
+    if (w.dtype == DType::kInt8) {
+      if (xt == DType::kInt8) return wide ? conv_t<int8_t, int8_t, int64_t>(ins, g) : conv_t<int8_t, int8_t, int32_t>(ins, g);
+      if (xt == DType::kUInt8) return wide ? conv_t<uint8_t, int8_t, int64_t>(ins, g) : conv_t<uint8_t, int8_t, int32_t>(ins, g);
+      return wide ? conv_t<int16_t, int8_t, int64_t>(ins, g) : conv_t<int16_t, int8_t, int32_t>(ins, g);
+    }
+    if (xt == DType::kInt8) return wide ? conv_t<int8_t, int16_t, int64_t>(ins, g) : conv_t<int8_t, int16_t, int32_t>(ins, g);
+    if (xt == DType::kUInt8) return wide ? conv_t<uint8_t, int16_t, int64_t>(ins, g) : conv_t<uint8_t, int16_t, int32_t>(ins, g);
+    return wide ? conv_t<int16_t, int16_t, int64_t>(ins, g) : conv_t<int16_t, int16_t, int32_t>(ins, g);
+  }
+
+  template <typename TX, typename TW, typename TAcc>
+  void conv_t(const Instruction& ins, const ConvGeom& g) {
+    const TX* x = reinterpret_cast<const TX*>(buf_[ins.inputs[0]].data());
+    const TW* w = reinterpret_cast<const TW*>(ins.packed_weights.data());
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    std::vector<int64_t> bias(g.Cout), m(g.Cout), s(g.Cout), mn(g.Cout), sn(g.Cout);
+    bool leaky = ins.consts.size() == 6;
+    for (int64_t o = 0; o < g.Cout; ++o) {
+      bias[o] = C(ins.consts[1]).at(o);
+      m[o] = C(ins.consts[2]).at(o);
+      s[o] = C(ins.consts[3]).at(o);
+      mn[o] = leaky ? C(ins.consts[4]).at(o) : m[o];
+      sn[o] = leaky ? C(ins.consts[5]).at(o) : s[o];
+    }
+    int64_t cout_g = g.Cout / g.groups;
+    parallel_for(n_ * g.OH, threads_, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t n = row / g.OH, oh = row % g.OH;
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          int64_t iy0 = oh * g.sh - g.pt, ix0 = ow * g.sw - g.pl;
+          int64_t out_base = ((n * g.OH + oh) * g.OW + ow) * g.Cout;
+          for (int64_t o = 0; o < g.Cout; ++o) {
+            int64_t grp = o / cout_g;
+            TAcc acc = 0;
+            for (int64_t ky = 0; ky < g.kh; ++ky) {
+              int64_t iy = iy0 + ky * g.dh;
+              if (iy < 0 || iy >= g.H) continue;
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                int64_t ix = ix0 + kx * g.dw;
+                if (ix < 0 || ix >= g.W) continue;
+                const TX* xp = x + ((n * g.H + iy) * g.W + ix) * g.Cin + grp * g.cg;
+                const TW* wp = w + ((o * g.kh + ky) * g.kw + kx) * g.cg;
+                TAcc part = 0;
+                for (int64_t ci = 0; ci < g.cg; ++ci) part += TAcc(xp[ci]) * TAcc(wp[ci]);
+                acc += part;
+              }
+            }
+            int64_t total = int64_t(acc) + bias[o];
+            int64_t v = total >= 0 ? round_shift(total * m[o], int(s[o])) : round_shift(total * mn[o], int(sn[o]));
+            store(y, yt, out_base + o, clamp(v, ins.lo, ins.hi));
+          }
+        }
+      }
+    });
+  }
+
+  // ---- ADD / SUB / MUL with broadcasting; operands are inputs then constants
+  View operand(const Instruction& ins, size_t k, size_t rank) const {
+    if (k < ins.inputs.size()) return in(ins.inputs[k]);
+    const ConstDesc& c = C(ins.consts[k - ins.inputs.size()]);
+    Shape s(rank - c.shape.size(), 1);
+    s.insert(s.end(), c.shape.begin(), c.shape.end());
+    return {c.data.data(), c.dtype, s};
+  }
+
+  void binary(const Instruction& ins) {
+    Shape ys = shape(ins.outputs[0]);
+    View a = operand(ins, 0, ys.size()), b = operand(ins, 1, ys.size());
+    Shape st[2] = {strides_of(a.shape), strides_of(b.shape)};
+    for (size_t d = 0; d < ys.size(); ++d) {
+      if (a.shape[d] == 1) st[0][d] = 0;
+      if (b.shape[d] == 1) st[1][d] = 0;
+    }
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    const Attrs& at = ins.attrs;
+    int s = int(at.shifts[0]);
+    int64_t ma = at.multipliers[0], mb = at.multipliers.size() > 1 ? at.multipliers[1] : 0;
+    Opcode op = ins.opcode;
+    for_each_index<2>(ys, st, [&](int64_t k, const int64_t* off) {
+      int64_t p = load(a.data, a.dtype, off[0]), q = load(b.data, b.dtype, off[1]);
+      int64_t acc = op == Opcode::kMul ? p * q * ma : (op == Opcode::kAdd ? p * ma + q * mb : p * ma - q * mb);
+      store(y, yt, k, clamp(round_shift(acc, s), ins.lo, ins.hi));
+    });
+  }
+
+  // ---- MAX_POOL / AVG_POOL (windows clipped to the input; padding never counts for max)
+  void pool(const Instruction& ins) {
+    const Attrs& a = ins.attrs;
+    View x = in(ins.inputs[0]);
+    Shape ys = shape(ins.outputs[0]);
+    int64_t H = x.shape[1], W = x.shape[2], Cc = x.shape[3], OH = ys[1], OW = ys[2];
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    bool is_max = ins.opcode == Opcode::kMaxPool;
+    int64_t m = is_max ? 0 : a.multipliers[0];
+    int s = is_max ? 0 : int(a.shifts[0]);
+    std::vector<int64_t> acc(Cc);
+    for (int64_t n = 0; n < n_; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t y0 = oh * a.strides[0] - a.pads[0], x0 = ow * a.strides[1] - a.pads[2];
+          int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y0 + a.ksize[0], H);
+          int64_t xa = std::max<int64_t>(x0, 0), xb = std::min(x0 + a.ksize[1], W);
+          std::fill(acc.begin(), acc.end(), is_max ? INT64_MIN : 0);
+          for (int64_t iy = ya; iy < yb; ++iy)
+            for (int64_t ix = xa; ix < xb; ++ix) {
+              int64_t base = ((n * H + iy) * W + ix) * Cc;
+              for (int64_t c = 0; c < Cc; ++c) {
+                int64_t v = load(x.data, x.dtype, base + c);
+                acc[c] = is_max ? std::max(acc[c], v) : acc[c] + v;
+              }
+            }
+          int64_t cnt = a.count_include_pad ? a.ksize[0] * a.ksize[1] : (yb - ya) * (xb - xa);
+          int64_t base = ((n * OH + oh) * OW + ow) * Cc;
+          for (int64_t c = 0; c < Cc; ++c) {
+            int64_t v = is_max ? acc[c] : rdiv(acc[c] * m, cnt << s);
+            store(y, yt, base + c, clamp(v, ins.lo, ins.hi));
+          }
+        }
+  }
+
+  void mean(const Instruction& ins) {
+    const Attrs& a = ins.attrs;
+    View x = in(ins.inputs[0]);
+    Shape kept = x.shape;  // the output shape with keepdims
+    int64_t cells = 1;
+    for (int64_t ax : a.axes) { cells *= kept[ax]; kept[ax] = 1; }
+    Shape st[1] = {strides_of(kept)};
+    for (int64_t ax : a.axes) st[0][ax] = 0;
+    std::vector<int64_t> sum(product(kept), 0);
+    for_each_index<1>(x.shape, st, [&](int64_t k, const int64_t* off) { sum[off[0]] += load(x.data, x.dtype, k); });
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    int64_t den = cells << a.shifts[0];
+    for (size_t k = 0; k < sum.size(); ++k) store(y, yt, k, clamp(rdiv(sum[k] * a.multipliers[0], den), ins.lo, ins.hi));
+  }
+
+  void concat(const Instruction& ins) {
+    Shape ys = shape(ins.outputs[0]);
+    int64_t axis = ins.attrs.axis;
+    int64_t outer = product(ys, 0, axis), inner_y = product(ys, axis);
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    int64_t offset = 0;
+    for (size_t k = 0; k < ins.inputs.size(); ++k) {
+      View x = in(ins.inputs[k]);
+      int64_t inner = product(x.shape, axis), m = ins.attrs.multipliers[k];
+      int s = int(ins.attrs.shifts[k]);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < inner; ++j)
+          store(y, yt, o * inner_y + offset + j, clamp(round_shift(load(x.data, x.dtype, o * inner + j) * m, s), ins.lo, ins.hi));
+      offset += inner;
+    }
+  }
+
+  void requant(const Instruction& ins) {
+    View x = in(ins.inputs[0]);
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    int64_t m = ins.attrs.multipliers[0], total = product(x.shape);
+    int s = int(ins.attrs.shifts[0]);
+    for (int64_t k = 0; k < total; ++k) store(y, yt, k, clamp(round_shift(load(x.data, x.dtype, k) * m, s), ins.lo, ins.hi));
+  }
+
+  void pad(const Instruction& ins) {
+    View x = in(ins.inputs[0]);
+    Shape ys = shape(ins.outputs[0]);
+    uint8_t* y = out(ins.outputs[0]);
+    int64_t total = product(ys);
+    for (int64_t k = 0; k < total; ++k) store(y, x.dtype, k, ins.attrs.pad_value);
+    Shape yst = strides_of(ys);
+    int64_t base = 0;
+    for (size_t d = 0; d < ys.size(); ++d) base += ins.attrs.pads[2 * d] * yst[d];
+    Shape st[1] = {yst};
+    int isz = itemsize(x.dtype);
+    for_each_index<1>(x.shape, st, [&](int64_t k, const int64_t* off) {
+      std::memcpy(y + (base + off[0]) * isz, x.data + k * isz, isz);
+    });
+  }
+
+  void transpose(const Instruction& ins) {
+    View x = in(ins.inputs[0]);
+    Shape ys = shape(ins.outputs[0]);
+    Shape xst = strides_of(x.shape), st[1] = {Shape(ys.size())};
+    for (size_t d = 0; d < ys.size(); ++d) st[0][d] = xst[ins.attrs.perm[d]];
+    uint8_t* y = out(ins.outputs[0]);
+    int isz = itemsize(x.dtype);
+    for_each_index<1>(ys, st, [&](int64_t k, const int64_t* off) { std::memcpy(y + k * isz, x.data + off[0] * isz, isz); });
+  }
+
+  void lut(const Instruction& ins) {
+    View x = in(ins.inputs[0]);
+    const ConstDesc& table = C(ins.consts[0]);
+    uint8_t* y = out(ins.outputs[0]);
+    int isz = itemsize(table.dtype);
+    int64_t total = product(x.shape), lo = qmin(x.dtype);
+    for (int64_t k = 0; k < total; ++k)
+      std::memcpy(y + k * isz, table.data.data() + (load(x.data, x.dtype, k) - lo) * isz, isz);
+  }
+
+  void softmax(const Instruction& ins) {
+    View x = in(ins.inputs[0]);
+    const ConstDesc& table = C(ins.consts[0]);
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    int64_t len = x.shape.back(), rows = product(x.shape) / len, m = ins.attrs.multipliers[0];
+    int s = int(ins.attrs.shifts[0]);
+    std::vector<int64_t> ex(len);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t mx = INT64_MIN, sum = 0;
+      for (int64_t j = 0; j < len; ++j) mx = std::max(mx, load(x.data, x.dtype, r * len + j));
+      for (int64_t j = 0; j < len; ++j) sum += ex[j] = table.at(mx - load(x.data, x.dtype, r * len + j));
+      for (int64_t j = 0; j < len; ++j) store(y, yt, r * len + j, clamp(rdiv(ex[j] * m, sum << s), ins.lo, ins.hi));
+    }
+  }
+};
+
+}  // namespace
+
+int64_t tensor_bytes(const Engine& e, int tensor_id, int64_t batch) {
+  const TensorDesc& t = e.tensors[tensor_id];
+  return batch * t.sample_elements() * itemsize(t.dtype);
+}
+
+void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& inputs,
+                const std::vector<int64_t>& input_sizes, const std::vector<void*>& outputs,
+                const std::vector<int64_t>& output_sizes, int num_threads) {
+  std::string who = "engine '" + e.name + "': ";
+  if (batch < 1) throw EngineError(who + "batch size must be positive, got " + std::to_string(batch));
+  if (inputs.size() != e.inputs.size() || input_sizes.size() != e.inputs.size())
+    throw EngineError(who + "expects " + std::to_string(e.inputs.size()) + " inputs, got " + std::to_string(inputs.size()));
+  if (outputs.size() != e.outputs.size() || output_sizes.size() != e.outputs.size())
+    throw EngineError(who + "has " + std::to_string(e.outputs.size()) + " outputs, got " + std::to_string(outputs.size()) + " buffers");
+  int64_t total = 0;
+  for (size_t id = 0; id < e.tensors.size(); ++id) {
+    const TensorDesc& t = e.tensors[id];
+    if (t.sample_elements() > kMaxElements / batch)
+      throw EngineError(who + "tensor '" + t.name + "' exceeds 2^31-1 elements at batch " + std::to_string(batch));
+    total += tensor_bytes(e, int(id), batch);
+    if (total > kMaxActivationBytes) throw EngineError(who + "activations exceed 8 GiB at batch " + std::to_string(batch));
+  }
+  for (size_t k = 0; k < e.inputs.size(); ++k) {
+    int64_t want = tensor_bytes(e, e.inputs[k], batch);
+    if (input_sizes[k] != want || (want > 0 && inputs[k] == nullptr))
+      throw EngineError(who + "input " + std::to_string(k) + " '" + e.tensors[e.inputs[k]].name + "' has " +
+                        std::to_string(input_sizes[k]) + " bytes, expected " + std::to_string(want));
+  }
+  for (size_t k = 0; k < e.outputs.size(); ++k) {
+    int64_t want = tensor_bytes(e, e.outputs[k], batch);
+    if (output_sizes[k] != want || (want > 0 && outputs[k] == nullptr))
+      throw EngineError(who + "output " + std::to_string(k) + " buffer has " + std::to_string(output_sizes[k]) +
+                        " bytes, expected " + std::to_string(want));
+  }
+  try {
+    Runner(e, batch, std::max(1, num_threads)).run(inputs, outputs);
+  } catch (const std::bad_alloc&) {
+    throw EngineError(who + "out of memory at batch " + std::to_string(batch));
+  }
+}
+
+}  // namespace npu
+}  // namespace ratelnn

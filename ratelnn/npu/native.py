@@ -1,0 +1,85 @@
+"""ctypes binding of the native NPU executor (ops/core/npu_*.cc, ops/capi/npu_capi.cc).
+
+The library ``ratelnn_npu`` is built on first use and cached (ratelnn/_build.py).
+:class:`NativeEngine` owns one decoded, validated engine on the C++ side.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._build import OPS_DIR, build_library
+from .engine import EngineError
+
+_ERR_LEN = 4096
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def library_sources() -> List[Path]:
+    """Sources of the native executor library (no framework dependency)."""
+    return sorted((OPS_DIR / "core").glob("npu_*.cc")) + [OPS_DIR / "capi" / "npu_capi.cc"]
+
+
+def library_path() -> Path:
+    """Path of the built (cached) native executor library."""
+    return build_library("ratelnn_npu", library_sources())
+
+
+def _load():
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            lib = ctypes.CDLL(str(library_path()))
+            lib.ratel_npu_engine_create.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                                    ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]
+            lib.ratel_npu_engine_create.restype = ctypes.c_int
+            lib.ratel_npu_engine_free.argtypes = [ctypes.c_void_p]
+            lib.ratel_npu_engine_free.restype = None
+            lib.ratel_npu_engine_run.argtypes = [
+                ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
+                ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
+                ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+            lib.ratel_npu_engine_run.restype = ctypes.c_int
+            _lib = lib
+    return _lib
+
+
+class NativeEngine:
+    """A validated engine held by the native library.  Construction validates ``data``
+    and raises :class:`EngineError` with the native message on any problem."""
+
+    def __init__(self, data: bytes, label: Optional[str] = None) -> None:
+        self._lib = _load()
+        self._handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        rc = self._lib.ratel_npu_engine_create(data, len(data), label.encode() if label else None,
+                                               ctypes.byref(self._handle), err, _ERR_LEN)
+        if rc != 0:
+            self._handle = None
+            raise EngineError(err.value.decode(errors="replace"))
+
+    def run(self, inputs: Sequence[np.ndarray], batch: int, outputs: Sequence[Tuple[Tuple[int, ...], np.dtype]],
+            num_threads: int = 2) -> List[np.ndarray]:
+        """Run on C-contiguous ``inputs`` at batch ``batch``; ``outputs`` lists
+        ``(compiled shape, dtype)`` of each engine output."""
+        results = [np.empty((batch,) + tuple(shape[1:]), dtype=dtype) for shape, dtype in outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
+        in_sizes = (ctypes.c_int64 * max(len(inputs), 1))(*[a.nbytes for a in inputs])
+        out_ptrs = (ctypes.c_void_p * max(len(results), 1))(*[a.ctypes.data for a in results])
+        out_sizes = (ctypes.c_int64 * max(len(results), 1))(*[a.nbytes for a in results])
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        rc = self._lib.ratel_npu_engine_run(self._handle, batch, in_ptrs, in_sizes, len(inputs), out_ptrs, out_sizes,
+                                            len(results), int(num_threads), err, _ERR_LEN)
+        if rc != 0:
+            raise EngineError(err.value.decode(errors="replace"))
+        return results
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None):
+            self._lib.ratel_npu_engine_free(self._handle)
+            self._handle = None
