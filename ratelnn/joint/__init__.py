@@ -1,0 +1,15 @@
+"""Joint compilation of several models: execution scheme, placement search, simulator,
+baselines (DESIGN §8, docs/joint.md).
+
+The joint converter turns each model's compiled engines into a :class:`ModelSpec` (one
+``LayerCost`` per instruction) and calls :func:`plan`; this package never sees a framework.
+"""
+from .baselines import BASELINES, StrategyResult, baseline, compare
+from .scheme import (DeviceInfo, EngineAssignment, ModelInfo, Scheme, SchemeError, Stage, combine,
+                     save_timeline)
+from .search import EXHAUSTIVE_LIMIT, ModelSpec, count_groupings, plan
+from .simulator import SimulationResult, simulate
+
+__all__ = ["BASELINES", "DeviceInfo", "EXHAUSTIVE_LIMIT", "EngineAssignment", "ModelInfo", "ModelSpec", "Scheme",
+           "SchemeError", "SimulationResult", "Stage", "StrategyResult", "baseline", "combine", "compare",
+           "count_groupings", "plan", "save_timeline", "simulate"]
