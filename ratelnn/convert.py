@@ -69,8 +69,18 @@ class ConvertImpl:
         return self.handler.export_graph(emit_qdq(self.quantized_ir(), self.config))
 
     def to_npu(self, graph_quant: Any = None) -> Any:
-        """The compiled model (DESIGN §6)."""
-        raise NotImplementedError("to_npu: the compiler is not built yet")
+        """The compiled model (DESIGN §6): NPU-supported regions become engine ops.
+
+        ``graph_quant``: a quantized model made by ``to_quant`` to compile; None quantizes
+        from the statistics in ``output_dir``."""
+        from .compiler import compile_graph
+        from .quantization.recover import strip_qdq
+        self.handler.ensure_ops()
+        if graph_quant is None:
+            qgraph = self.quantized_ir()
+        else:
+            qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+        return self.handler.export_graph(compile_graph(qgraph, self.config, self.device_info))
 
 
 class JointConvertImpl:

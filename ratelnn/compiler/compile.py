@@ -1,0 +1,245 @@
+"""The compiler: quantized IR -> compiled IR with ``Engine`` nodes (DESIGN §6).
+
+:func:`compile_graph` partitions the quantized graph into maximal acyclic NPU regions
+(``ratelnn.npu.partition.find_regions``), lowers each to an engine (:mod:`.lower`) and
+replaces it by one ``Engine`` node.  Integer tensors cross the border of the float part of
+the graph through ``Quant`` (float -> engine input) and ``Dequant`` (engine output -> float
+readers and graph outputs) nodes.  Names: an engine output ``t`` is the integer tensor
+``t/quant``; its ``Dequant`` produces ``t`` itself, so float readers and the user's output
+names are unchanged.  Supported ops: docs/npu-supported-ops.md.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from ..config import ConfigError
+from ..ir import Graph, Node, QParams, TensorInfo
+from ..npu.device import resolve_device_info
+from ..npu.engine import ACTIVATION_DTYPES
+from ..npu.partition import find_regions
+from ..quantization.policy import QuantPlan, make_plan
+from .lower import is_lowerable, lower_region
+
+INPUT_SCALE_FILE = "input_quant_nodes.txt"
+
+
+def is_npu_supported(graph: Graph, node: Node, plan: QuantPlan) -> bool:
+    """A quantized node the NPU runs: lowerable, with per-tensor int8/uint8/int16 QParams on
+    every activation input and output."""
+    if not plan.is_quantized(node) or not is_lowerable(graph, node):
+        return False
+    for t in [t for t in node.inputs if not graph.is_param(t)] + node.outputs:
+        qp = graph.qparams.get(t)
+        if qp is None or qp.per_channel or qp.dtype not in ACTIVATION_DTYPES:
+            return False
+    return True
+
+
+def _scale_attrs(qp: QParams) -> Dict[str, Any]:
+    if qp.per_channel:
+        return {"scales": [float(s) for s in np.asarray(qp.scale, np.float32)], "axis": int(qp.axis)}
+    return {"scale": float(np.float32(qp.scale))}
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", text) or "model"
+
+
+class _Assembler:
+    """Builds the compiled graph from the quantized graph ``src`` and its regions."""
+
+    def __init__(self, src: Graph, config: Mapping[str, Any]) -> None:
+        self.src = src
+        self.round_mode = config.get("round_mode", "half_away_from_zero")
+        self.out = Graph(src.name)
+        self.out.inputs = list(src.inputs)
+        self.out.outputs = list(src.outputs)
+        self.out.tensors = dict(src.tensors)
+        self.out.params = dict(src.params)
+        self.out.qparams = dict(src.qparams)
+        self.out.meta = dict(src.meta)
+        self.used = set(src.tensors) | {n.name for n in src.nodes}
+        self.integer: Dict[str, str] = {}    # IR tensor -> integer tensor holding its codes
+        self.dequantized: Dict[str, str] = {}  # integer param / input -> its float tensor
+        self.float_node_names: set = set()     # nodes of src kept as they are
+        self.on_grid_outputs: set = set()      # outputs of kept quantized nodes, fake-quantized
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.used:
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        return name
+
+    def node_names(self) -> set:
+        """Node names taken in the compiled graph: its nodes and the float nodes to come."""
+        return {n.name for n in self.out.nodes} | self.float_node_names
+
+    def add(self, node: Node, infos: List[TensorInfo]) -> None:
+        self.out.add_node(node, infos)
+
+    def integer_input(self, t: str, qp: Optional[QParams] = None) -> str:
+        """The integer codes of ``t`` for an engine input: an engine output, an integer graph
+        input, or a new ``Quant`` of a float tensor (by ``qp``, default its own QParams)."""
+        if t not in self.integer:
+            qp = qp or self.src.qparams[t]
+            codes = self.fresh(f"{t}/quant")
+            self.add(Node(codes, "Quant", [t], [codes],
+                          {"dtype": qp.dtype, **_scale_attrs(qp), "round_mode": self.round_mode}),
+                     [TensorInfo(self.out.tensors[t].shape, qp.dtype)])
+            self.out.qparams[codes] = qp
+            self.integer[t] = codes
+        return self.integer[t]
+
+    def float_of(self, t: str) -> str:
+        """The float value of an integer param or integer graph input, for a float reader."""
+        if t not in self.dequantized:
+            qp = self.out.qparams[t]
+            name = self.fresh(f"{t}/dequant")
+            self.add(Node(name, "Dequant", [t], [name], _scale_attrs(qp)),
+                     [TensorInfo(self.out.tensors[t].shape, "float32")])
+            self.dequantized[t] = name
+        return self.dequantized[t]
+
+    def on_grid(self, t: str) -> str:
+        """A float tensor holding ``t`` rounded to its quantization grid (what the quantized
+        model's readers of a quantization point see)."""
+        codes = self.integer_input(t)
+        return self.float_of(codes) if codes != t else self.float_of(t)
+
+    def float_node(self, node: Node, quantized: bool, engine_outputs: set) -> None:
+        """Keep ``node`` as a float op.  A quantized node that could not be lowered keeps the
+        quantized model's semantics: it reads its inputs and writes its output on their
+        quantization grids (Quant->Dequant), and engines read its output's codes."""
+        node = Node(node.name, node.op, list(node.inputs), list(node.outputs), dict(node.attrs))
+        inputs = []
+        for t in node.inputs:
+            if _is_integer(self.out, t):
+                t = self.float_of(t)
+            elif quantized and t in self.src.qparams and t not in engine_outputs and t not in self.on_grid_outputs:
+                t = self.on_grid(t)
+            inputs.append(t)
+        node.inputs = inputs
+        self.out.nodes.append(node)
+        if not quantized:
+            return
+        for k, t in enumerate(node.outputs):
+            qp = self.src.qparams.get(t)
+            if qp is None:
+                continue
+            raw = self.fresh(f"{t}/raw")
+            self.out.tensors[raw] = TensorInfo(self.src.shape(t), "float32")
+            node.outputs[k] = raw
+            codes = self.integer_input(raw, qp)
+            self.integer[t] = codes
+            self.add(Node(self.fresh(f"{t}/dequant"), "Dequant", [codes], [t], _scale_attrs(qp)),
+                     [TensorInfo(self.src.shape(t), "float32")])
+            self.on_grid_outputs.add(t)
+
+    def engine(self, region, engine, engine_name: str, device_id: int, core_ids: List[int],
+               float_readers: Dict[str, bool]) -> None:
+        inputs = [self.integer_input(t) for t in region.inputs]
+        outputs = []
+        for t in region.outputs:
+            codes = self.fresh(f"{t}/quant")
+            self.out.tensors[codes] = TensorInfo(self.src.shape(t), self.src.qparams[t].dtype)
+            self.out.qparams[codes] = self.src.qparams[t]
+            self.integer[t] = codes
+            outputs.append(codes)
+        self.used.add(engine_name)
+        self.add(Node(engine_name, "Engine", inputs, outputs,
+                      {"engine": engine.to_bytes(), "engine_name": engine_name,
+                       "device_id": int(device_id), "core_ids": [int(c) for c in core_ids]}),
+                 [self.out.tensors[c] for c in outputs])
+        for t, codes in zip(region.outputs, outputs):
+            if float_readers[t]:
+                node_name = t if t not in self.node_names() else self.fresh(f"{t}/dequant")
+                self.add(Node(node_name, "Dequant", [codes], [t], _scale_attrs(self.src.qparams[t])),
+                         [TensorInfo(self.src.shape(t), "float32")])
+
+
+def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None) -> Graph:
+    """The compiled graph of the quantized ``qgraph`` (made by ``quantize``).
+
+    ``device_info`` (DESIGN §2) picks the device and cores written into every engine
+    (default: all cores of device 0).  With ``config["remove_input_quant"]`` the graph
+    inputs take integer codes ``q = round(x / in_scale)`` and the scales are written to
+    ``input_quant_nodes.txt`` in ``config["output_dir"]`` and in the working directory."""
+    src = qgraph.copy()
+    src.toposort()
+    plan = make_plan(src, config)
+    regions = find_regions(src, lambda g, n: is_npu_supported(g, n, plan))
+    placement = resolve_device_info(device_info)
+    device_id = next(iter(placement))
+    core_ids = placement[device_id]
+    asm = _Assembler(src, config)
+    remove_input_quant = bool(config.get("remove_input_quant", False))
+    if remove_input_quant:
+        _integer_inputs(asm)
+
+    in_region = {id(n) for r in regions for n in r.nodes}
+    asm.float_node_names = {n.name for n in src.nodes if id(n) not in in_region}
+    engine_outputs = {t for r in regions for t in r.outputs}
+    for node in src.nodes:   # nodes left outside the engines first: they may fix integer codes
+        if id(node) not in in_region:
+            asm.float_node(node, plan.is_quantized(node), engine_outputs)
+    consumers = src.consumer_map()
+    model = _safe_name(src.name)
+    for k, region in enumerate(regions):
+        name = f"{model}_engine_{k}"
+        engine = lower_region(src, region, name, device_id, core_ids)
+        readers = {t: t in src.outputs or any(id(c) not in in_region for c in consumers.get(t, []))
+                   for t in region.outputs}
+        asm.engine(region, engine, name, device_id, core_ids, readers)
+    asm.out.toposort()
+    asm.out.prune()
+    if remove_input_quant:
+        write_input_scales(asm.out, config)
+    return asm.out
+
+
+def _is_integer(graph: Graph, tensor: str) -> bool:
+    """An integer param or graph input (read by a float node, it needs a Dequant)."""
+    info = graph.tensors.get(tensor)
+    return (tensor in graph.params or tensor in graph.inputs) and info is not None and info.dtype != "float32"
+
+
+def _integer_inputs(asm: _Assembler) -> None:
+    """``remove_input_quant``: every graph input becomes its integer codes."""
+    for t in asm.src.inputs:
+        qp = asm.src.qparams.get(t)
+        if qp is None or qp.per_channel:
+            raise ConfigError(f"remove_input_quant: graph input {t!r} is not quantized (no quantized op "
+                              "reads it), so it cannot take integer codes")
+        asm.out.tensors[t] = TensorInfo(asm.src.shape(t), qp.dtype)
+        asm.integer[t] = t
+
+
+def write_input_scales(graph: Graph, config: Mapping[str, Any]) -> List[str]:
+    """Write ``in_scale: <float>`` (one line per graph input, in input order) to
+    ``input_quant_nodes.txt`` in ``output_dir`` and in the working directory; returns the
+    paths.  Files are replaced atomically."""
+    text = "".join(f"in_scale: {float(np.float32(graph.qparams[t].scale))!r}\n" for t in graph.inputs)
+    output_dir = config.get("output_dir")
+    if not output_dir:
+        raise ConfigError("config key 'output_dir' is required")
+    paths = []
+    for folder in (os.fspath(output_dir), os.getcwd()):
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, INPUT_SCALE_FILE)
+        fd, tmp = tempfile.mkstemp(prefix=INPUT_SCALE_FILE, dir=folder)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        paths.append(path)
+    return paths

@@ -1,0 +1,70 @@
+"""Engine instructions as cost-model layers (``ratelnn.npu.costmodel.LayerCost``).
+
+Used by the compiler to fill each instruction's ``cycles`` and by profiling.  Every number
+is per inference (one sample of the batch); bytes are those of the int codes.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+from ..npu.costmodel import LayerCost
+from ..npu.engine import DTYPES
+from ..proto import engine_pb2 as pb
+
+# element operations per output element of the vector-unit instructions
+_SOFTMAX_OPS_PER_ELEMENT = 4   # max, table look-up, sum, division
+
+
+def _sample_shape(t) -> Tuple[int, ...]:
+    return tuple(int(d) for d in t.shape[1:])
+
+
+def _sample_bytes(t) -> float:
+    return float(np.prod(_sample_shape(t), dtype=np.int64)) * DTYPES[t.dtype].itemsize
+
+
+def instruction_layer_cost(engine, instr) -> LayerCost:
+    """The :class:`LayerCost` of ``instr`` (an ``Instruction`` of ``engine``, which is an
+    :class:`~ratelnn.npu.engine.Engine` or its ``engine_pb2.Engine`` proto).
+
+    Kinds: CONV2D -> ``conv`` (``depthwise`` when every group has one input channel),
+    FULLY_CONNECTED -> ``fc``, ADD/SUB/MUL/REQUANT -> ``eltwise``, pools and MEAN -> ``pool``,
+    LUT -> ``lut``, SOFTMAX -> ``softmax``, CONCAT -> ``concat``, PAD/RESHAPE/TRANSPOSE ->
+    ``move``.  ``bits`` is 16 when an activation or weight operand is 16-bit."""
+    proto = getattr(engine, "proto", engine)
+    tensors, consts = proto.tensors, proto.constants
+    ins = [tensors[i] for i in instr.inputs]
+    out = tensors[instr.outputs[0]]
+    operands = ins + [consts[c] for c in instr.consts[:1]]
+    bits = 16 if any(DTYPES[t.dtype].itemsize == 2 for t in operands) else 8
+    common = dict(weight_bytes=float(sum(len(consts[c].data) for c in instr.consts)),
+                  in_bytes=sum(_sample_bytes(t) for t in ins), out_bytes=_sample_bytes(out),
+                  bits=bits, name=instr.name)
+    out_elems = float(np.prod(_sample_shape(out), dtype=np.int64))
+    op = instr.opcode
+    if op == pb.CONV2D:
+        kh, kw, cg, cout = (int(d) for d in consts[instr.consts[0]].shape)
+        oh, ow = _sample_shape(out)[:2]
+        groups = max(int(instr.attrs.groups), 1)
+        kind = "depthwise" if cg == 1 and groups > 1 else "conv"
+        return LayerCost(kind, macs=float(oh * ow * cout * kh * kw * cg), in_channels=cg, out_channels=cout,
+                         kernel_area=kh * kw, out_pixels=oh * ow, **common)
+    if op == pb.FULLY_CONNECTED:
+        k, m = (int(d) for d in consts[instr.consts[0]].shape)
+        return LayerCost("fc", macs=float(k * m), in_channels=k, out_channels=m, **common)
+    if op in (pb.ADD, pb.SUB, pb.MUL, pb.REQUANT):
+        return LayerCost("eltwise", macs=out_elems, **common)
+    if op in (pb.MAX_POOL, pb.AVG_POOL):
+        kh, kw = instr.attrs.ksize
+        return LayerCost("pool", macs=out_elems * kh * kw, kernel_area=int(kh * kw), **common)
+    if op == pb.MEAN:
+        return LayerCost("pool", macs=float(np.prod(_sample_shape(ins[0]), dtype=np.int64)), **common)
+    if op == pb.LUT:
+        return LayerCost("lut", macs=out_elems, **common)
+    if op == pb.SOFTMAX:
+        return LayerCost("softmax", macs=out_elems * _SOFTMAX_OPS_PER_ELEMENT, **common)
+    if op == pb.CONCAT:
+        return LayerCost("concat", macs=0.0, **common)
+    return LayerCost("move", macs=0.0, **common)
