@@ -1,0 +1,62 @@
+// Process-global store of calibration statistics, persisted into output directories.
+//
+// Entries are keyed by (output_dir, tensor_name). Each process writes one snapshot file per
+// output_dir, <output_dir>/ratel_stats/<host>-<pid>-<random>.rstats, holding all of its
+// tensors for that directory; it is rewritten atomically (temporary file, fsync, rename):
+// at most every kFlushInterval while recording, on Flush/FlushAll, when a calibration
+// kernel is destroyed and at process exit. See docs/statistics.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/stats_format.h"
+
+namespace ratelnn {
+
+constexpr std::chrono::milliseconds kFlushInterval(200);
+
+class StatsStore {
+ public:
+  // The process-wide store. Never destroyed (kernels may outlive static destructors); a
+  // static object in stats_store.cc flushes it at exit.
+  static StatsStore& Global();
+
+  // Adds the range of one non-empty batch of `count` elements of `tensor_name`. Writes the
+  // directory's snapshot if the last write is at least kFlushInterval old and no other
+  // thread is writing it (never waits for another writer). Returns "" or the write error.
+  std::string Record(const std::string& output_dir, const std::string& tensor_name,
+                     float batch_min, float batch_max, int64_t count, double ema_decay);
+
+  // Writes the snapshot of `output_dir` now if it changed since the last write.
+  std::string Flush(const std::string& output_dir);
+
+  // Flushes every directory; returns the errors joined by "; ", "" if none.
+  std::string FlushAll();
+
+ private:
+  struct Directory;
+
+  StatsStore() = default;
+  Directory* FindOrAdd(const std::string& output_dir);  // requires mutex_
+  // Writes dir's snapshot if it changed (and, if only_if_due, if the last write is at
+  // least kFlushInterval old). Requires dir->write_mutex.
+  std::string WriteSnapshot(Directory* dir, bool only_if_due);
+
+  std::mutex mutex_;  // guards dirs_ and the statistics inside every Directory
+  std::map<std::string, std::unique_ptr<Directory>> dirs_;
+};
+
+}  // namespace ratelnn
+
+// C entry points, looked up by ratelnn/oplib.py through ctypes.
+extern "C" {
+// Flushes every directory of the store. 0 on success, -1 if a write failed.
+__attribute__((visibility("default"))) int ratelnn_stats_flush_all(void);
+// Message of the last failed ratelnn_stats_flush_all, "" if none.
+__attribute__((visibility("default"))) const char* ratelnn_stats_last_error(void);
+}

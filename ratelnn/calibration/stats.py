@@ -1,0 +1,163 @@
+"""Read the calibration statistics that ``RatelMinMax`` ops persisted (docs/statistics.md).
+
+Each process that ran a calibration model left one snapshot file
+``<output_dir>/ratel_stats/<host>-<pid>-<random>.rstats``; :func:`load_statistics` verifies
+every file and merges them into one :class:`TensorStats` per tensor.
+"""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Union
+
+import numpy as np
+
+from ..errors import CalibrationError
+
+STATS_SUBDIR = "ratel_stats"
+STATS_SUFFIX = ".rstats"
+HEADER_MAGIC = "RATELSTATS"
+FORMAT_VERSION = 1
+_FLOAT_FIELDS = ("min", "max", "ema_min", "ema_max")
+_INT_FIELDS = ("batches", "count")
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Statistics of one tensor, in the tensor's own units (float32 values as Python floats).
+
+    ``min``/``max`` over every element of every batch; ``ema_min``/``ema_max`` the
+    exponential moving average of the per-batch min/max; ``batches`` non-empty batches
+    seen; ``count`` elements seen.
+    """
+
+    min: float
+    max: float
+    ema_min: float
+    ema_max: float
+    batches: int
+    count: int
+
+
+def statistics_dir(output_dir: Union[str, Path]) -> Path:
+    """The directory holding the ``.rstats`` files of ``output_dir``."""
+    return Path(output_dir) / STATS_SUBDIR
+
+
+def _corrupt(path: Path, reason: str) -> CalibrationError:
+    return CalibrationError(f"corrupt calibration statistics file {path}: {reason}")
+
+
+def _parse_header(path: Path, data: bytes) -> bytes:
+    """Checks the header line and the payload's length and CRC; returns the payload."""
+    newline = data.find(b"\n")
+    if newline < 0:
+        raise _corrupt(path, "no header line")
+    fields = data[:newline].decode("ascii", errors="replace").split()
+    if len(fields) != 4 or fields[0] != HEADER_MAGIC:
+        raise _corrupt(path, f"bad header {data[:newline][:80]!r}")
+    try:
+        version, crc, length = int(fields[1]), int(fields[2], 16), int(fields[3])
+    except ValueError:
+        raise _corrupt(path, f"bad header {data[:newline][:80]!r}") from None
+    if version != FORMAT_VERSION:
+        raise _corrupt(path, f"format version {version} is not supported (this ratelnn reads "
+                             f"version {FORMAT_VERSION})")
+    payload = data[newline + 1:]
+    if len(payload) != length:
+        raise _corrupt(path, f"payload is {len(payload)} bytes, header says {length} "
+                             "(truncated or overwritten)")
+    if zlib.crc32(payload) != crc:
+        raise _corrupt(path, f"CRC mismatch (header {crc:08x}, payload "
+                             f"{zlib.crc32(payload):08x})")
+    return payload
+
+
+def _tensor_stats(path: Path, name: str, entry: object) -> TensorStats:
+    if not isinstance(entry, dict):
+        raise _corrupt(path, f"tensor {name!r}: entry is not an object")
+    values = {}
+    for field in _FLOAT_FIELDS + _INT_FIELDS:
+        value = entry.get(field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _corrupt(path, f"tensor {name!r}: field {field!r} missing or not a number")
+        if not math.isfinite(value):
+            raise CalibrationError(f"non-finite statistic in {path}: tensor {name!r} "
+                                   f"{field} = {value}")
+        if field in _INT_FIELDS and (not isinstance(value, int) or value <= 0):
+            raise _corrupt(path, f"tensor {name!r}: {field} = {value!r} is not a positive "
+                                 "integer")
+        # statistics are float32 quantities written with %.9g: round back to float32
+        values[field] = float(np.float32(value)) if field in _FLOAT_FIELDS else value
+    stats = TensorStats(**values)
+    if stats.min > stats.max:
+        raise _corrupt(path, f"tensor {name!r}: min {stats.min} > max {stats.max}")
+    return stats
+
+
+def read_statistics_file(path: Union[str, Path]) -> Dict[str, TensorStats]:
+    """The statistics of one ``.rstats`` file, by tensor name. Raises CalibrationError
+    naming the file if it is corrupt or holds non-finite values."""
+    path = Path(path)
+    payload = _parse_header(path, path.read_bytes())
+    try:
+        document = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _corrupt(path, f"invalid JSON payload ({e})") from None
+    tensors = document.get("tensors") if isinstance(document, dict) else None
+    if not isinstance(tensors, dict):
+        raise _corrupt(path, 'payload has no "tensors" object')
+    return {name: _tensor_stats(path, name, entry) for name, entry in tensors.items()}
+
+
+def merge_stats(parts: Iterable[TensorStats]) -> TensorStats:
+    """One tensor's statistics from several processes: min of mins, max of maxes, batches
+    and counts summed, EMAs averaged weighted by each process's batch count."""
+    parts = list(parts)
+    batches = sum(p.batches for p in parts)
+    return TensorStats(
+        min=min(p.min for p in parts),
+        max=max(p.max for p in parts),
+        ema_min=sum(p.ema_min * p.batches for p in parts) / batches,
+        ema_max=sum(p.ema_max * p.batches for p in parts) / batches,
+        batches=batches,
+        count=sum(p.count for p in parts),
+    )
+
+
+def _names_list(names: List[str], limit: int = 20) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def load_statistics(output_dir: Union[str, Path],
+                    required: Optional[Iterable[str]] = None) -> Dict[str, TensorStats]:
+    """Merged statistics of every calibration process that wrote into ``output_dir``.
+
+    First makes the op library loaded in this process (if any) flush its in-memory
+    statistics. Raises CalibrationError when no statistics exist, a file is corrupt, or a
+    tensor listed in ``required`` is missing.
+    """
+    from ..oplib import flush_statistics
+
+    flush_statistics()
+    stats_dir = statistics_dir(output_dir)
+    files = sorted(stats_dir.glob("*" + STATS_SUFFIX)) if stats_dir.is_dir() else []
+    per_tensor: Dict[str, List[TensorStats]] = {}
+    for path in files:
+        for name, stats in read_statistics_file(path).items():
+            per_tensor.setdefault(name, []).append(stats)
+    if not per_tensor:
+        raise CalibrationError(
+            f"no calibration statistics found in {stats_dir}: run the calibration model "
+            "(to_cal()) on calibration data first, with this output_dir")
+    merged = {name: merge_stats(parts) for name, parts in sorted(per_tensor.items())}
+    missing = [name for name in (required or ()) if name not in merged]
+    if missing:
+        raise CalibrationError(
+            f"calibration statistics in {stats_dir} lack {len(missing)} required tensor(s): "
+            f"{_names_list(missing)}; run the calibration model on data that reaches them")
+    return merged
