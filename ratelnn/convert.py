@@ -54,8 +54,12 @@ class ConvertImpl:
         self.handler.ensure_ops()
         return self.handler.export_graph(emit_calibration(self.graph, self.config))
 
-    def quantized_ir(self) -> Graph:
-        """The quantized IR (qparams filled) from the statistics in ``output_dir``."""
+    def quantized_ir(self, graph_quant: Any = None) -> Graph:
+        """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
+        recovered from ``graph_quant``, a quantized model made by ``to_quant``."""
+        if graph_quant is not None:
+            from .quantization.recover import strip_qdq
+            return strip_qdq(self.handler.import_quantized(graph_quant, self.config))
         from .calibration.stats import load_statistics
         from .quantization.quantizer import quantize
         stats = load_statistics(self.config["output_dir"])
@@ -74,26 +78,50 @@ class ConvertImpl:
         ``graph_quant``: a quantized model made by ``to_quant`` to compile; None quantizes
         from the statistics in ``output_dir``."""
         from .compiler import compile_graph
-        from .quantization.recover import strip_qdq
         self.handler.ensure_ops()
-        if graph_quant is None:
-            qgraph = self.quantized_ir()
-        else:
-            qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+        qgraph = self.quantized_ir(graph_quant)
         return self.handler.export_graph(compile_graph(qgraph, self.config, self.device_info))
 
 
 class JointConvertImpl:
-    """Joint compilation of several models (DESIGN §8)."""
+    """Joint compilation of several models onto the cores of the emulated NPU (DESIGN §8).
+
+    Each config may carry ``invocations_per_frame`` (default 1) and ``model_name``.
+    ``device_info``: ``{device: n_cores}`` or ``{device: [core ids]}``; empty means every
+    configured device.  After :meth:`to_npu`, :attr:`scheme` holds the execution scheme."""
 
     def __init__(self, model_handler: ModelHandler, graph_def_list: Sequence[Any],
                  config_list: Sequence[Mapping[str, Any]], device_info=None) -> None:
         if len(graph_def_list) != len(config_list):
             raise ValueError(f"{len(graph_def_list)} models but {len(config_list)} configs")
+        if not graph_def_list:
+            raise ValueError("joint_converter needs at least one model")
+        self.device_info = dict(device_info) if device_info else _all_devices()
         self.converters: List[ConvertImpl] = [
-            ConvertImpl(model_handler, g, c, device_info) for g, c in zip(graph_def_list, config_list)]
-        self.device_info = device_info or {0: 4}
+            ConvertImpl(model_handler, g, c, self.device_info) for g, c in zip(graph_def_list, config_list)]
         self.scheme = None
+        self.model_specs = None
 
     def to_npu(self, graph_quant_list: Optional[Sequence[Any]] = None) -> List[Any]:
-        raise NotImplementedError("joint compilation is not built yet")
+        """The compiled models, in input order, their engines placed by the chosen scheme."""
+        from .joint.compile import compile_jointly
+        if graph_quant_list is not None and len(graph_quant_list) != len(self.converters):
+            raise ValueError(f"{len(graph_quant_list)} quantized models for {len(self.converters)} models")
+        qgraphs = [c.quantized_ir(None if graph_quant_list is None else graph_quant_list[i])
+                   for i, c in enumerate(self.converters)]
+        compiled, self.model_specs, self.scheme = compile_jointly(
+            qgraphs, [c.config for c in self.converters], self.device_info)
+        self.converters[0].handler.ensure_ops()
+        return [c.handler.export_graph(g) for c, g in zip(self.converters, compiled)]
+
+    def compare(self, frames: int = 200):
+        """Simulated results of the chosen scheme and of the baselines (DESIGN §8)."""
+        from .joint.baselines import compare
+        if self.scheme is None:
+            raise RuntimeError("call to_npu() before compare(): there is no scheme yet")
+        return compare(self.model_specs, self.device_info, frames=frames, chosen=self.scheme)
+
+
+def _all_devices() -> Dict[int, int]:
+    from .npu.device import get_devices
+    return {d.device_id: d.num_cores for d in get_devices()}

@@ -1,0 +1,90 @@
+"""Joint compilation of several converters' models (DESIGN §8).
+
+Each model is compiled on its own (``ratelnn.compiler.compile_graph``); the engines'
+instructions become the cost model's layers (``instruction_layer_cost``), :func:`plan`
+chooses the execution scheme, and the placement it chose (device, cores, split mode) is
+written back into every engine before the graphs are exported.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..compiler import compile_graph
+from ..compiler.costs import instruction_layer_cost
+from ..ir import Graph, Node
+from ..npu.engine import SPLIT_MODES, Engine
+from .scheme import Scheme
+from .search import ModelSpec, plan
+
+# scheme split modes -> engine format split modes
+ENGINE_SPLIT_MODE = {"none": "SPLIT_NONE", "batch": "SPLIT_BATCH",
+                     "tensor": "SPLIT_OUTPUT_CHANNELS", "pipeline": "SPLIT_PIPELINE"}
+
+
+def model_name(index: int, config: Mapping[str, Any]) -> str:
+    """Name of the ``index``-th model: config ``model_name`` or ``model<index>``."""
+    return str(config.get("model_name") or f"model{index}")
+
+
+def engine_nodes(graph: Graph) -> List[Node]:
+    return [n for n in graph.nodes if n.op == "Engine"]
+
+
+def model_spec(name: str, graph: Graph, config: Mapping[str, Any]) -> ModelSpec:
+    """The cost model's view of one compiled graph: one LayerCost per engine instruction."""
+    layers, names, counts = [], [], []
+    for node in engine_nodes(graph):
+        engine = Engine.from_bytes(node.attrs["engine"], label=node.attrs["engine_name"])
+        costs = [instruction_layer_cost(engine, instr) for instr in engine.instructions]
+        layers.extend(costs)
+        names.append(node.attrs["engine_name"])
+        counts.append(len(costs))
+    invocations = int(config.get("invocations_per_frame", 1))
+    if invocations < 1:
+        raise ValueError(f"model {name!r}: invocations_per_frame must be >= 1, got {invocations}")
+    return ModelSpec(name, layers, invocations_per_frame=invocations, engine_names=names,
+                     engine_layer_counts=counts)
+
+
+def stamp_placement(graph: Graph, scheme: Scheme, model_index: int) -> None:
+    """Write the scheme's device, cores and split mode into the engines of one model."""
+    by_name = {a.engine_name: a for a in scheme.engines if a.model_index == model_index}
+    for node in engine_nodes(graph):
+        a = by_name.get(node.attrs["engine_name"])
+        if a is None:
+            raise ValueError(f"the scheme places no engine named {node.attrs['engine_name']!r}")
+        engine = Engine.from_bytes(node.attrs["engine"], label=node.attrs["engine_name"])
+        proto = engine.proto
+        proto.device_id = int(a.device_id)
+        del proto.core_ids[:]
+        proto.core_ids.extend(int(c) for c in a.core_ids)
+        proto.split_mode = SPLIT_MODES[ENGINE_SPLIT_MODE[a.split_mode]]
+        node.attrs.update(engine=proto.SerializeToString(), device_id=int(a.device_id),
+                          core_ids=[int(c) for c in a.core_ids])
+
+
+def compile_jointly(qgraphs: Sequence[Graph], configs: Sequence[Mapping[str, Any]],
+                    device_info: Optional[Mapping] = None) -> Tuple[List[Graph], List[ModelSpec], Scheme]:
+    """Compile each quantized graph, plan the scheme, stamp the placement.
+
+    Returns the compiled IR graphs (in input order), the model specs and the scheme."""
+    names = [model_name(i, c) for i, c in enumerate(configs)]
+    if len(set(names)) != len(names):
+        raise ValueError(f"model names must be distinct, got {names}")
+    compiled, specs = [], []
+    for name, qgraph, config in zip(names, qgraphs, configs):
+        q = qgraph.copy()
+        q.name = name   # engines are named <model>_engine_<k>: unique across models
+        graph = compile_graph(q, config, device_info)
+        compiled.append(graph)
+        specs.append(model_spec(name, graph, config))
+    scheme = plan(specs, device_info)
+    for i, graph in enumerate(compiled):
+        stamp_placement(graph, scheme, i)
+    return compiled, specs, scheme
+
+
+def engine_placements(graph: Graph) -> Dict[str, Tuple[int, List[int]]]:
+    """engine name -> (device id, core ids) of a compiled graph (for inspection and tests)."""
+    return {n.attrs["engine_name"]: (n.attrs["device_id"], list(n.attrs["core_ids"]))
+            for n in engine_nodes(graph)}
