@@ -1,5 +1,6 @@
 // Decoding and validation of engine bytes; see npu_engine.h and docs/npu-arithmetic.md.
 #include "core/npu_engine.h"
+#include "core/npu_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -290,7 +291,7 @@ class Validator {
     if (e_.sram_bytes < 0) fail("negative sram_bytes");
     if (e_.device_id < 0) fail("negative device_id");
     for (int64_t c : e_.core_ids) if (c < 0) fail("negative core id");
-    if (e_.split_mode < 0 || e_.split_mode > 3) fail("unknown split_mode " + std::to_string(e_.split_mode));
+    if (e_.split_mode < 0 || e_.split_mode > 4) fail("unknown split_mode " + std::to_string(e_.split_mode));
     int64_t total = 0;
     for (size_t i = 0; i < e_.tensors.size(); ++i) {
       TensorDesc& t = e_.tensors[i];
@@ -436,20 +437,6 @@ class Validator {
     clamp_bounds(c, T(i.outputs[0]).dtype);
   }
 
-  // Repack HWIO weights [kh, kw, cg, cout] to [cout][kh][kw][cg].
-  static void pack_weights(Instruction& i, const ConstDesc& w, int64_t kh, int64_t kw, int64_t cg, int64_t cout) {
-    int isz = itemsize(w.dtype);
-    i.packed_weights.resize(w.data.size());
-    for (int64_t y = 0; y < kh; ++y)
-      for (int64_t x = 0; x < kw; ++x)
-        for (int64_t ci = 0; ci < cg; ++ci)
-          for (int64_t o = 0; o < cout; ++o) {
-            int64_t src = ((y * kw + x) * cg + ci) * cout + o;
-            int64_t dst = ((o * kh + y) * kw + x) * cg + ci;
-            std::memcpy(&i.packed_weights[dst * isz], &w.data[src * isz], isz);
-          }
-  }
-
   void conv(const Ctx& c) {
     Instruction& i = *c.ins;
     const Attrs& a = i.attrs;
@@ -475,7 +462,7 @@ class Validator {
     }
     need(y.shape == want, c, "output shape " + shape_str(y.shape) + ", expected " + shape_str(want));
     channel_requant(c, kh * kw * cg, cout, x.dtype, w.shape);
-    pack_weights(i, w, kh, kw, cg, cout);
+    pack_conv_weights(i, w, x.dtype, kh, kw, cg, cout, g);
   }
 
   void fully_connected(const Ctx& c) {
@@ -487,7 +474,7 @@ class Validator {
     need(w.shape.size() == 2 && w.shape[0] == x.shape[1], c, "weights " + shape_str(w.shape) + " do not match input " + shape_str(x.shape));
     need(y.shape[0] == x.shape[0] && y.shape[1] == w.shape[1], c, "output shape " + shape_str(y.shape) + " wrong");
     channel_requant(c, w.shape[0], w.shape[1], x.dtype, w.shape);
-    pack_weights(i, w, 1, 1, w.shape[0], w.shape[1]);
+    pack_conv_weights(i, w, x.dtype, 1, 1, w.shape[0], w.shape[1], 1);
   }
 
   void binary(const Ctx& c) {

@@ -70,7 +70,7 @@ struct Instruction {
   uint64_t cycles = 0;
   std::string name;
   // Filled by validation: output clamp bounds, and CONV2D/FULLY_CONNECTED weights repacked
-  // to [Cout][kh][kw][Cin/groups] (bytes of the weight dtype).
+  // for the native kernels (layouts in npu_kernels.h; empty for the scalar path).
   int64_t lo = 0, hi = 0;
   std::vector<uint8_t> packed_weights;
   bool wide_accumulator = false;  // int64 accumulation needed (else int32 cannot overflow)

@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <new>
-#include <thread>
+
+#include "core/npu_kernels.h"
+#include "core/npu_threads.h"
 
 namespace ratelnn {
 namespace npu {
@@ -82,19 +83,6 @@ void for_each_index(const Shape& shape, const Shape (&strides)[K], F f) {
   }
 }
 
-void parallel_for(int64_t total, int threads, const std::function<void(int64_t, int64_t)>& f) {
-  threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, total)));
-  if (threads == 1) { f(0, total); return; }
-  std::vector<std::thread> pool;
-  int64_t chunk = (total + threads - 1) / threads;
-  for (int t = 1; t < threads; ++t) {
-    int64_t b = t * chunk, en = std::min(total, b + chunk);
-    if (b < en) pool.emplace_back(f, b, en);
-  }
-  f(0, std::min(total, chunk));
-  for (auto& th : pool) th.join();
-}
-
 // A run-time view of one operand: bytes, dtype, shape at the run batch.
 struct View {
   const uint8_t* data;
@@ -163,11 +151,7 @@ class Runner {
     }
   }
 
-  // ---- CONV2D and FULLY_CONNECTED (a 1x1 convolution on a 1x1 image)
-  struct ConvGeom {
-    int64_t H, W, Cin, OH, OW, Cout, kh, kw, cg, sh, sw, dh, dw, pt, pl, groups;
-  };
-
+  // ---- CONV2D and FULLY_CONNECTED (a 1x1 convolution on a 1x1 image): npu_conv.cc
   void conv(const Instruction& ins) {
     const Attrs& a = ins.attrs;
     Shape xs = shape(ins.inputs[0]);
@@ -175,68 +159,12 @@ class Runner {
     ConvGeom g;
     if (ins.opcode == Opcode::kConv2D) {
       Shape ys = shape(ins.outputs[0]);
-      g = {xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], w.shape[0], w.shape[1], w.shape[2],
-           a.strides[0], a.strides[1], a.dilations[0], a.dilations[1], a.pads[0], a.pads[2], a.groups};
+      g = {n_, xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], w.shape[0], w.shape[1], w.shape[2], a.strides[0], a.strides[1],
+           a.dilations[0], a.dilations[1], a.pads[0], a.pads[1], a.pads[2], a.pads[3], a.groups};
     } else {
-      g = {1, 1, xs[1], 1, 1, w.shape[1], 1, 1, w.shape[0], 1, 1, 1, 1, 0, 0, 1};
+      g = {n_, 1, 1, xs[1], 1, 1, w.shape[1], 1, 1, w.shape[0], 1, 1, 1, 1, 0, 0, 0, 0, 1};
     }
-    bool wide = ins.wide_accumulator;
-    DType xt = dt(ins.inputs[0]);
-    if (w.dtype == DType::kInt8) {
-      if (xt == DType::kInt8) return wide ? conv_t<int8_t, int8_t, int64_t>(ins, g) : conv_t<int8_t, int8_t, int32_t>(ins, g);
-      if (xt == DType::kUInt8) return wide ? conv_t<uint8_t, int8_t, int64_t>(ins, g) : conv_t<uint8_t, int8_t, int32_t>(ins, g);
-      return wide ? conv_t<int16_t, int8_t, int64_t>(ins, g) : conv_t<int16_t, int8_t, int32_t>(ins, g);
-    }
-    if (xt == DType::kInt8) return wide ? conv_t<int8_t, int16_t, int64_t>(ins, g) : conv_t<int8_t, int16_t, int32_t>(ins, g);
-    if (xt == DType::kUInt8) return wide ? conv_t<uint8_t, int16_t, int64_t>(ins, g) : conv_t<uint8_t, int16_t, int32_t>(ins, g);
-    return wide ? conv_t<int16_t, int16_t, int64_t>(ins, g) : conv_t<int16_t, int16_t, int32_t>(ins, g);
-  }
-
-  template <typename TX, typename TW, typename TAcc>
-  void conv_t(const Instruction& ins, const ConvGeom& g) {
-    const TX* x = reinterpret_cast<const TX*>(buf_[ins.inputs[0]].data());
-    const TW* w = reinterpret_cast<const TW*>(ins.packed_weights.data());
-    uint8_t* y = out(ins.outputs[0]);
-    DType yt = dt(ins.outputs[0]);
-    std::vector<int64_t> bias(g.Cout), m(g.Cout), s(g.Cout), mn(g.Cout), sn(g.Cout);
-    bool leaky = ins.consts.size() == 6;
-    for (int64_t o = 0; o < g.Cout; ++o) {
-      bias[o] = C(ins.consts[1]).at(o);
-      m[o] = C(ins.consts[2]).at(o);
-      s[o] = C(ins.consts[3]).at(o);
-      mn[o] = leaky ? C(ins.consts[4]).at(o) : m[o];
-      sn[o] = leaky ? C(ins.consts[5]).at(o) : s[o];
-    }
-    int64_t cout_g = g.Cout / g.groups;
-    parallel_for(n_ * g.OH, threads_, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        int64_t n = row / g.OH, oh = row % g.OH;
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          int64_t iy0 = oh * g.sh - g.pt, ix0 = ow * g.sw - g.pl;
-          int64_t out_base = ((n * g.OH + oh) * g.OW + ow) * g.Cout;
-          for (int64_t o = 0; o < g.Cout; ++o) {
-            int64_t grp = o / cout_g;
-            TAcc acc = 0;
-            for (int64_t ky = 0; ky < g.kh; ++ky) {
-              int64_t iy = iy0 + ky * g.dh;
-              if (iy < 0 || iy >= g.H) continue;
-              for (int64_t kx = 0; kx < g.kw; ++kx) {
-                int64_t ix = ix0 + kx * g.dw;
-                if (ix < 0 || ix >= g.W) continue;
-                const TX* xp = x + ((n * g.H + iy) * g.W + ix) * g.Cin + grp * g.cg;
-                const TW* wp = w + ((o * g.kh + ky) * g.kw + kx) * g.cg;
-                TAcc part = 0;
-                for (int64_t ci = 0; ci < g.cg; ++ci) part += TAcc(xp[ci]) * TAcc(wp[ci]);
-                acc += part;
-              }
-            }
-            int64_t total = int64_t(acc) + bias[o];
-            int64_t v = total >= 0 ? round_shift(total * m[o], int(s[o])) : round_shift(total * mn[o], int(sn[o]));
-            store(y, yt, out_base + o, clamp(v, ins.lo, ins.hi));
-          }
-        }
-      }
-    });
+    run_conv(e_, ins, g, buf_[ins.inputs[0]].data(), out(ins.outputs[0]), threads_);
   }
 
   // ---- ADD / SUB / MUL with broadcasting; operands are inputs then constants
@@ -248,20 +176,45 @@ class Runner {
     return {c.data.data(), c.dtype, s};
   }
 
+  // Elements of `v` repeat with this period along the row-major output of shape `ys` when
+  // v's dims are 1 before some axis and equal to ys from there on; else 0 (general broadcast).
+  static int64_t repeat_period(const Shape& v, const Shape& ys) {
+    size_t d0 = ys.size();
+    while (d0 > 0 && v[d0 - 1] == ys[d0 - 1]) --d0;
+    for (size_t d = 0; d < d0; ++d)
+      if (v[d] != 1) return 0;
+    return product(ys, d0);
+  }
+
   void binary(const Instruction& ins) {
     Shape ys = shape(ins.outputs[0]);
     View a = operand(ins, 0, ys.size()), b = operand(ins, 1, ys.size());
+    const Attrs& at = ins.attrs;
+    int s = int(at.shifts[0]);
+    int64_t ma = at.multipliers[0], mb = at.multipliers.size() > 1 ? at.multipliers[1] : 0;
+    Opcode op = ins.opcode;
+    uint8_t* y = out(ins.outputs[0]);
+    DType yt = dt(ins.outputs[0]);
+    int64_t pa = repeat_period(a.shape, ys), pb = repeat_period(b.shape, ys), total = product(ys);
+    if (pa > 0 && pb > 0) {  // vectorised: rows of kChunk elements
+      for_chunks(total, [&](int64_t start, int64_t count, int32_t* va, int32_t* vb, int32_t* r) {
+        load_codes(a.data, a.dtype, start, count, pa, va);
+        load_codes(b.data, b.dtype, start, count, pb, vb);
+        if (op == Opcode::kMul) {
+          for (int64_t j = 0; j < count; ++j) va[j] *= vb[j];  // |a*b| <= 2^30
+          scale_add_requant(va, nullptr, count, int32_t(ma), 0, s, ins.lo, ins.hi, r);
+        } else {
+          scale_add_requant(va, vb, count, int32_t(ma), int32_t(op == Opcode::kAdd ? mb : -mb), s, ins.lo, ins.hi, r);
+        }
+        store_codes(yt, r, count, y, start);
+      });
+      return;
+    }
     Shape st[2] = {strides_of(a.shape), strides_of(b.shape)};
     for (size_t d = 0; d < ys.size(); ++d) {
       if (a.shape[d] == 1) st[0][d] = 0;
       if (b.shape[d] == 1) st[1][d] = 0;
     }
-    uint8_t* y = out(ins.outputs[0]);
-    DType yt = dt(ins.outputs[0]);
-    const Attrs& at = ins.attrs;
-    int s = int(at.shifts[0]);
-    int64_t ma = at.multipliers[0], mb = at.multipliers.size() > 1 ? at.multipliers[1] : 0;
-    Opcode op = ins.opcode;
     for_each_index<2>(ys, st, [&](int64_t k, const int64_t* off) {
       int64_t p = load(a.data, a.dtype, off[0]), q = load(b.data, b.dtype, off[1]);
       int64_t acc = op == Opcode::kMul ? p * q * ma : (op == Opcode::kAdd ? p * ma + q * mb : p * ma - q * mb);
@@ -269,8 +222,67 @@ class Runner {
     });
   }
 
+  // f(start, count, three int32 scratch rows of count) over [0, total) in rows of kChunk, on the pool.
+  static constexpr int64_t kChunk = 2048;
+  template <typename F>
+  void for_chunks(int64_t total, F f) {
+    int64_t chunks = (total + kChunk - 1) / kChunk;
+    parallel_for(chunks, total >= 8 * kChunk ? threads_ : 1, [&](int64_t begin, int64_t end) {
+      std::vector<int32_t> scratch(3 * kChunk);
+      for (int64_t c = begin; c < end; ++c) {
+        int64_t start = c * kChunk;
+        f(start, std::min(kChunk, total - start), &scratch[0], &scratch[kChunk], &scratch[2 * kChunk]);
+      }
+    });
+  }
+
   // ---- MAX_POOL / AVG_POOL (windows clipped to the input; padding never counts for max)
+  // acc[c] = max(acc[c], src[c]) and acc[c] = clamp(acc[c]), c < n (restrict: char types
+  // alias everything, which would stop the vectoriser).
+  template <typename T>
+  static void max_into(T* __restrict acc, const T* __restrict src, int64_t n) {
+    for (int64_t c = 0; c < n; ++c) acc[c] = std::max(acc[c], src[c]);
+  }
+  template <typename T>
+  static void clamp_into(T* __restrict acc, T lo, T hi, int64_t n) {
+    for (int64_t c = 0; c < n; ++c) acc[c] = std::min(std::max(acc[c], lo), hi);
+  }
+
+  // MAX_POOL in the element type: the window max per channel, then the clamp.
+  template <typename T>
+  void max_pool_t(const Instruction& ins) {
+    const Attrs& a = ins.attrs;
+    Shape xs = shape(ins.inputs[0]), ys = shape(ins.outputs[0]);
+    int64_t H = xs[1], W = xs[2], Cc = xs[3], OH = ys[1], OW = ys[2];
+    const T* x = reinterpret_cast<const T*>(buf_[ins.inputs[0]].data());
+    T* y = reinterpret_cast<T*>(out(ins.outputs[0]));
+    const T lo = T(ins.lo), hi = T(ins.hi);
+    parallel_for(n_ * OH, Cc * OW >= 4096 ? threads_ : 1, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t n = row / OH, oh = row % OH;
+        int64_t y0 = oh * a.strides[0] - a.pads[0];
+        int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y0 + a.ksize[0], H);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t x0 = ow * a.strides[1] - a.pads[2];
+          int64_t xa = std::max<int64_t>(x0, 0), xb = std::min(x0 + a.ksize[1], W);
+          T* acc = y + ((n * OH + oh) * OW + ow) * Cc;
+          std::copy_n(x + ((n * H + ya) * W + xa) * Cc, Cc, acc);  // windows are never empty
+          for (int64_t iy = ya; iy < yb; ++iy)
+            for (int64_t ix = xa; ix < xb; ++ix) max_into(acc, x + ((n * H + iy) * W + ix) * Cc, Cc);
+          clamp_into(acc, lo, hi, Cc);
+        }
+      }
+    });
+  }
+
   void pool(const Instruction& ins) {
+    if (ins.opcode == Opcode::kMaxPool) {
+      switch (dt(ins.inputs[0])) {
+        case DType::kInt8: return max_pool_t<int8_t>(ins);
+        case DType::kUInt8: return max_pool_t<uint8_t>(ins);
+        default: return max_pool_t<int16_t>(ins);
+      }
+    }
     const Attrs& a = ins.attrs;
     View x = in(ins.inputs[0]);
     Shape ys = shape(ins.outputs[0]);
@@ -280,9 +292,11 @@ class Runner {
     bool is_max = ins.opcode == Opcode::kMaxPool;
     int64_t m = is_max ? 0 : a.multipliers[0];
     int s = is_max ? 0 : int(a.shifts[0]);
-    std::vector<int64_t> acc(Cc);
-    for (int64_t n = 0; n < n_; ++n)
-      for (int64_t oh = 0; oh < OH; ++oh)
+    parallel_for(n_ * OH, Cc * OW >= 4096 ? threads_ : 1, [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> acc(Cc);
+      std::vector<int32_t> cell(Cc), res(Cc);
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t n = row / OH, oh = row % OH;
         for (int64_t ow = 0; ow < OW; ++ow) {
           int64_t y0 = oh * a.strides[0] - a.pads[0], x0 = ow * a.strides[1] - a.pads[2];
           int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y0 + a.ksize[0], H);
@@ -291,18 +305,19 @@ class Runner {
           for (int64_t iy = ya; iy < yb; ++iy)
             for (int64_t ix = xa; ix < xb; ++ix) {
               int64_t base = ((n * H + iy) * W + ix) * Cc;
-              for (int64_t c = 0; c < Cc; ++c) {
-                int64_t v = load(x.data, x.dtype, base + c);
-                acc[c] = is_max ? std::max(acc[c], v) : acc[c] + v;
-              }
+              load_codes(x.data, x.dtype, base, Cc, INT64_MAX, cell.data());
+              if (is_max)
+                for (int64_t c = 0; c < Cc; ++c) acc[c] = std::max<int64_t>(acc[c], cell[c]);
+              else
+                for (int64_t c = 0; c < Cc; ++c) acc[c] += cell[c];
             }
           int64_t cnt = a.count_include_pad ? a.ksize[0] * a.ksize[1] : (yb - ya) * (xb - xa);
-          int64_t base = ((n * OH + oh) * OW + ow) * Cc;
-          for (int64_t c = 0; c < Cc; ++c) {
-            int64_t v = is_max ? acc[c] : rdiv(acc[c] * m, cnt << s);
-            store(y, yt, base + c, clamp(v, ins.lo, ins.hi));
-          }
+          for (int64_t c = 0; c < Cc; ++c)
+            res[c] = int32_t(clamp(is_max ? acc[c] : rdiv(acc[c] * m, cnt << s), ins.lo, ins.hi));
+          store_codes(yt, res.data(), Cc, y, ((n * OH + oh) * OW + ow) * Cc);
         }
+      }
+    });
   }
 
   void mean(const Instruction& ins) {
@@ -311,10 +326,23 @@ class Runner {
     Shape kept = x.shape;  // the output shape with keepdims
     int64_t cells = 1;
     for (int64_t ax : a.axes) { cells *= kept[ax]; kept[ax] = 1; }
-    Shape st[1] = {strides_of(kept)};
-    for (int64_t ax : a.axes) st[0][ax] = 0;
     std::vector<int64_t> sum(product(kept), 0);
-    for_each_index<1>(x.shape, st, [&](int64_t k, const int64_t* off) { sum[off[0]] += load(x.data, x.dtype, k); });
+    std::vector<int64_t> axes = a.axes;
+    std::sort(axes.begin(), axes.end());
+    if (axes.back() - axes.front() + 1 == int64_t(axes.size())) {  // x viewed as [outer, cells, inner]
+      int64_t inner = product(x.shape, axes.back() + 1), outer = product(x.shape, 0, axes.front());
+      std::vector<int32_t> row(inner);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t r = 0; r < cells; ++r) {
+          load_codes(x.data, x.dtype, (o * cells + r) * inner, inner, INT64_MAX, row.data());
+          int64_t* acc = &sum[o * inner];
+          for (int64_t i = 0; i < inner; ++i) acc[i] += row[i];
+        }
+    } else {
+      Shape st[1] = {strides_of(kept)};
+      for (int64_t ax : a.axes) st[0][ax] = 0;
+      for_each_index<1>(x.shape, st, [&](int64_t k, const int64_t* off) { sum[off[0]] += load(x.data, x.dtype, k); });
+    }
     uint8_t* y = out(ins.outputs[0]);
     DType yt = dt(ins.outputs[0]);
     int64_t den = cells << a.shifts[0];
@@ -330,11 +358,17 @@ class Runner {
     int64_t offset = 0;
     for (size_t k = 0; k < ins.inputs.size(); ++k) {
       View x = in(ins.inputs[k]);
-      int64_t inner = product(x.shape, axis), m = ins.attrs.multipliers[k];
+      int64_t inner = product(x.shape, axis);
+      int32_t m = int32_t(ins.attrs.multipliers[k]);
       int s = int(ins.attrs.shifts[k]);
+      std::vector<int32_t> v(std::min(inner, kChunk)), r(v.size());
       for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < inner; ++j)
-          store(y, yt, o * inner_y + offset + j, clamp(round_shift(load(x.data, x.dtype, o * inner + j) * m, s), ins.lo, ins.hi));
+        for (int64_t j = 0; j < inner; j += kChunk) {
+          int64_t count = std::min(kChunk, inner - j);
+          load_codes(x.data, x.dtype, o * inner + j, count, INT64_MAX, v.data());
+          scale_add_requant(v.data(), nullptr, count, m, 0, s, ins.lo, ins.hi, r.data());
+          store_codes(yt, r.data(), count, y, o * inner_y + offset + j);
+        }
       offset += inner;
     }
   }
@@ -343,9 +377,13 @@ class Runner {
     View x = in(ins.inputs[0]);
     uint8_t* y = out(ins.outputs[0]);
     DType yt = dt(ins.outputs[0]);
-    int64_t m = ins.attrs.multipliers[0], total = product(x.shape);
+    int32_t m = int32_t(ins.attrs.multipliers[0]);
     int s = int(ins.attrs.shifts[0]);
-    for (int64_t k = 0; k < total; ++k) store(y, yt, k, clamp(round_shift(load(x.data, x.dtype, k) * m, s), ins.lo, ins.hi));
+    for_chunks(product(x.shape), [&](int64_t start, int64_t count, int32_t* v, int32_t*, int32_t* r) {
+      load_codes(x.data, x.dtype, start, count, INT64_MAX, v);
+      scale_add_requant(v, nullptr, count, m, 0, s, ins.lo, ins.hi, r);
+      store_codes(yt, r, count, y, start);
+    });
   }
 
   void pad(const Instruction& ins) {

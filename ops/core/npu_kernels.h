@@ -1,0 +1,57 @@
+// Fast integer kernels of the native NPU executor (used by npu_exec.cc), bit-exact with
+// docs/npu-arithmetic.md.
+//
+// CONV2D / FULLY_CONNECTED take one of three paths, chosen by conv_path() from the dtypes
+// and the grouping, both when the decoder packs the weights (pack_conv_weights) and at run time:
+// - kGemm: im2col rows widened to int16 times weights widened to int16 with 16x16->32-bit
+//   pair multiply-adds (AVX2 vpmaddwd; the scalar build runs the same loops).  Every 8/16-bit
+//   product pair fits int32 unless both operands are int16, so the int32 sums are exact; when the
+//   accumulator bound exceeds int32 (Instruction::wide_accumulator) the K loop runs in chunks
+//   whose int32 sums are exact and adds them in int64.
+//   packed_weights: int16 [groups][ceil(cout_g/16)][ceil(K/2)][16 channels][2 k], K = kh*kw*cg
+//   in (ky, kx, ci) order, zero padded in k and channels.
+// - kDepthwise (cg == 1, groups > 1, not wide): per output pixel, 16 channels at a time, two
+//   taps per vpmaddwd.  packed_weights: int16 [ceil(Cout/16)][ceil(kh*kw/2)][2 halves][8][2 taps]
+//   (half 0 = channels 0-3, 8-11 of the block, half 1 = 4-7, 12-15: the vpunpck order), zero padded.
+// - kScalar (int16 activations with int16 weights, or wide depthwise): plain loops over the
+//   HWIO constant; packed_weights is empty.
+#pragma once
+
+#include <cstdint>
+
+#include "core/npu_engine.h"
+
+namespace ratelnn {
+namespace npu {
+
+enum class ConvPath { kGemm, kDepthwise, kScalar };
+
+ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide);
+
+// Fill ins.packed_weights from HWIO weights `w` [kh, kw, cg, cout] for the path of
+// conv_path(x, w.dtype, cg, groups, ins.wide_accumulator).  FULLY_CONNECTED is kh = kw = 1.
+void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh, int64_t kw, int64_t cg,
+                       int64_t cout, int64_t groups);
+
+// Geometry of one CONV2D (FULLY_CONNECTED: a 1x1 image, 1x1 kernel) at the run batch `n`.
+struct ConvGeom {
+  int64_t n, H, W, Cin, OH, OW, Cout, kh, kw, cg, sh, sw, dh, dw, pt, pb, pl, pr, groups;
+};
+
+// y = CONV2D(x) of `ins` (weights/bias/multipliers from `e`); x and y are NHWC buffers
+// of the instruction's input/output dtypes.  Uses up to `threads` pool threads.
+void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const uint8_t* x, uint8_t* y,
+              int threads);
+
+// out[j] = element (start + j) % period of the row-major buffer p of dtype t, j < count.
+void load_codes(const uint8_t* p, DType t, int64_t start, int64_t count, int64_t period, int32_t* out);
+// y[index + j] = v[j] narrowed to dtype t (values already in its range), j < count.
+void store_codes(DType t, const int32_t* v, int64_t count, uint8_t* y, int64_t index);
+
+// out[i] = clamp(round_shift(a[i] * ma + (b ? b[i] * mb : 0), s), lo, hi) for i < n;
+// |a|, |b| < 2^31, 0 <= |ma|, |mb| < 2^31, 0 <= s <= 62, |a*ma + b*mb| <= 2^62.
+void scale_add_requant(const int32_t* a, const int32_t* b, int64_t n, int32_t ma, int32_t mb, int s, int64_t lo,
+                       int64_t hi, int32_t* out);
+
+}  // namespace npu
+}  // namespace ratelnn
