@@ -1,10 +1,10 @@
 """Build and cache the C++ shared libraries of ``ops/``.
 
-A library is compiled once per (name, source hash, compiler flags) and kept in a cache
-directory (``$RATELNN_CACHE_DIR`` or ``~/.cache/ratelnn``).  The key includes the hash of
-every source and header under ``ops/`` that the build reads plus the flags (which carry the
-framework version through its include paths), so a second call or a new process reuses the
-.so, and an edited source triggers a rebuild.  Concurrent first builds from several
+Objects and libraries are kept in a cache directory (``$RATELNN_CACHE_DIR`` or
+``~/.cache/ratelnn``) under keys that hash the sources, the ``ops/`` headers they include
+and the flags (which carry the framework version through its include paths and defines),
+so a second call or a new process reuses the .so and an edited source triggers a rebuild
+of just that object.  Concurrent first builds from several
 processes are serialised by an ``fcntl`` lock; the compiler writes to a private temporary
 file that is renamed into place only when complete, so no process ever loads a partial
 library.
@@ -12,20 +12,22 @@ library.
 from __future__ import annotations
 
 import fcntl
+import re
 import hashlib
 import os
 import subprocess
-import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, List, Sequence
+from typing import Iterable, Sequence
 
 OPS_DIR = Path(__file__).resolve().parent.parent / "ops"
 if not OPS_DIR.is_dir():  # installed non-editable: sources are shipped inside the package
     OPS_DIR = Path(__file__).resolve().parent / "_ops_src"
 
-BASE_FLAGS = ["-O3", "-fPIC", "-shared", "-march=native", "-Wall", "-Wno-sign-compare",
-              "-Wno-unused-function"]
+COMPILE_FLAGS = ["-O3", "-fPIC", "-march=native", "-std=c++17", "-Wall", "-Wno-sign-compare",
+                 "-Wno-unused-function"]
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
 class BuildError(RuntimeError):
@@ -38,51 +40,73 @@ def cache_dir() -> Path:
     return d
 
 
-def _source_files() -> List[Path]:
-    return sorted(p for p in OPS_DIR.rglob("*") if p.suffix in (".cc", ".h", ".cpp", ".hpp"))
+def _local_includes(path: Path, seen: set) -> None:
+    """Add to ``seen`` every header under ops/ that ``path`` includes, transitively."""
+    for inc in _INCLUDE.findall(path.read_text(errors="replace")):
+        for base in (path.parent, OPS_DIR):
+            cand = (base / inc).resolve()
+            if cand.is_file() and cand not in seen:
+                seen.add(cand)
+                _local_includes(cand, seen)
+                break
 
 
-def build_key(name: str, sources: Sequence[Path], flags: Sequence[str]) -> str:
-    """Hash of every file under ops/ (headers included), the sources list and the flags."""
+def object_key(source: Path, flags: Sequence[str]) -> str:
+    """Hash of the source, the ops/ headers it includes (transitively), flags and compiler."""
     h = hashlib.sha256()
-    h.update(name.encode())
-    for p in _source_files():
-        h.update(str(p.relative_to(OPS_DIR)).encode())
+    headers: set = set()
+    _local_includes(source, headers)
+    for p in [source, *sorted(headers)]:
+        h.update(p.name.encode())
         h.update(p.read_bytes())
-    for s in sources:
-        h.update(str(s).encode())
-        if not str(Path(s)).startswith(str(OPS_DIR)):
-            h.update(Path(s).read_bytes())
     h.update("\0".join(flags).encode())
-    h.update(sys.version.encode())
     return h.hexdigest()[:20]
+
+
+def _run_locked(target: Path, cmd_for_tmp) -> None:
+    """Create ``target`` with the command ``cmd_for_tmp(tmp_path)`` unless it exists; the
+    output is written to a private temporary file and renamed into place when complete."""
+    if target.exists():
+        return
+    with open(target.with_name("." + target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():  # another process built it while we waited
+            return
+        fd, tmp = tempfile.mkstemp(prefix="." + target.name, suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        cmd = cmd_for_tmp(tmp)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            os.unlink(tmp)
+            raise BuildError(f"building {target.name} failed:\n$ {' '.join(cmd)}\n{proc.stdout}")
+        os.replace(tmp, target)
 
 
 def build_library(name: str, sources: Iterable[Path], compile_flags: Sequence[str] = (),
                   link_flags: Sequence[str] = (), cxx: str | None = None) -> Path:
     """Return the path of ``lib<name>-<key>.so`` built from ``sources``, building it if needed.
 
-    ``compile_flags``/``link_flags`` are added to :data:`BASE_FLAGS`; the result is cached
-    (see the module docstring).  Raises :class:`BuildError` with the compiler output on failure.
+    Each source is compiled to an object cached under its own key (source, included
+    headers, flags), in parallel; the library key combines the object keys and link flags.
+    So editing one file recompiles only that file.  Raises :class:`BuildError` on failure.
     """
-    sources = [Path(s) for s in sources]
+    sources = [Path(s).resolve() for s in sources]
     cxx = cxx or os.environ.get("CXX", "g++")
-    flags = BASE_FLAGS + ["-std=c++17", f"-I{OPS_DIR}"] + list(compile_flags)
-    key = build_key(name, sources, flags + list(link_flags) + [cxx])
-    out = cache_dir() / f"lib{name}-{key}.so"
-    if out.exists():
-        return out
-    lock_path = cache_dir() / f".lib{name}-{key}.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if out.exists():  # another process built it while we waited
-            return out
-        fd, tmp = tempfile.mkstemp(prefix=f".lib{name}-", suffix=".so.tmp", dir=cache_dir())
-        os.close(fd)
-        cmd = [cxx, *flags, *map(str, sources), "-o", tmp, *link_flags]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if proc.returncode != 0:
-            os.unlink(tmp)
-            raise BuildError(f"building {name} failed:\n$ {' '.join(cmd)}\n{proc.stdout}")
-        os.replace(tmp, out)
+    flags = [cxx, *COMPILE_FLAGS, f"-I{OPS_DIR}", *compile_flags]
+    objdir = cache_dir() / "obj"
+    objdir.mkdir(exist_ok=True)
+    objects = [objdir / f"{s.stem}-{object_key(s, flags)}.o" for s in sources]
+
+    def compile_one(pair) -> None:
+        src, obj = pair
+        _run_locked(obj, lambda tmp: [*flags, "-c", str(src), "-o", tmp])
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(compile_one, zip(sources, objects)))
+    h = hashlib.sha256(name.encode())
+    for o in objects:
+        h.update(o.name.encode())
+    h.update("\0".join([cxx, *link_flags]).encode())
+    out = cache_dir() / f"lib{name}-{h.hexdigest()[:20]}.so"
+    _run_locked(out, lambda tmp: [cxx, "-shared", *map(str, objects), "-o", tmp, *link_flags])
     return out
