@@ -35,6 +35,14 @@ DEFAULTS: Dict[str, Any] = {
     "remove_input_quant": False,
     "static_batch_sizes": [],
     "round_mode": "half_away_from_zero",
+    "invocations_per_frame": 1,
+    "model_name": None,
+    # image calibration data (docs/calibration-data.md)
+    "image_size": None,
+    "mean": None,
+    "std": None,
+    "channel_order": "RGB",
+    "data_format": None,
 }
 
 # quant_cfg defaults per tensor role: weights per output channel, everything 8 bit.

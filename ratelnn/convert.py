@@ -82,6 +82,39 @@ class ConvertImpl:
         qgraph = self.quantized_ir(graph_quant)
         return self.handler.export_graph(compile_graph(qgraph, self.config, self.device_info))
 
+    def calibration_data(self, data: Any, batch_size: Optional[int] = None):
+        """``data`` (array, dict, iterable, or .npy/.bin/.tar path) as batches of feed dicts
+        for this model's inputs (:class:`ratelnn.calibration.data.CalibrationData`)."""
+        from .calibration.data import CalibrationData, model_inputs
+        return CalibrationData(data, model_inputs(self.graph), self.config, batch_size,
+                               self.handler.framework)
+
+    def calibrate(self, data: Any, batch_size: Optional[int] = None, progress: bool = True):
+        """Run the calibration model in this process on ``data``, recording statistics into
+        ``output_dir``; returns the statistics now there (tensor name -> TensorStats).
+
+        ``data``: see :meth:`calibration_data`; ``progress``: print batches done, rate and
+        ETA on stderr."""
+        from .calibration.progress import Progress
+        from .calibration.stats import load_statistics
+        from .runners import runner_for
+        batches = self.calibration_data(data, batch_size)
+        runner = runner_for(self.handler.framework, self.to_cal())
+        with Progress(batches.num_batches, "calibrate", enabled=progress) as bar:
+            for batch in batches:
+                runner.run(batch.feeds, self.config["output_nodes"])
+                bar.update()
+        return load_statistics(self.config["output_dir"])
+
+    def analyze(self, data: Any, against: str = "quant", batch_size: Optional[int] = None,
+                max_batches: Optional[int] = None, progress: bool = False):
+        """Per-layer precision of the quantized (``against="quant"``) or compiled
+        (``"npu"``) model against the float model on ``data``: a
+        :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
+        ``.output_similarity``, ``.suggestions``).  Needs calibration statistics."""
+        from .analysis import analyze
+        return analyze(self, data, against, batch_size, max_batches, progress)
+
 
 class JointConvertImpl:
     """Joint compilation of several models onto the cores of the emulated NPU (DESIGN §8).

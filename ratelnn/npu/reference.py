@@ -5,7 +5,7 @@ All arithmetic is int64; the validator guarantees that no intermediate exceeds 2
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -159,9 +159,15 @@ def _execute(ins, engine: Engine, vals: Dict[int, np.ndarray]) -> np.ndarray:
     return _finish(v, ins, out_dtype)
 
 
-def run_reference(engine: Engine, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
-    """Run a validated ``engine`` on inputs already checked by ``Engine.check_inputs``."""
+def run_reference(engine: Engine, inputs: Sequence[np.ndarray],
+                  capture: Optional[Callable[[Any, np.ndarray], None]] = None) -> List[np.ndarray]:
+    """Run a validated ``engine`` on inputs already checked by ``Engine.check_inputs``.
+
+    ``capture(instruction, codes)``, if given, is called after every instruction with its
+    output codes (``engine.tensors[instruction.outputs[0]]`` names the tensor and its scale)."""
     vals: Dict[int, np.ndarray] = dict(zip(engine.proto.inputs, inputs))
     for ins in engine.instructions:
         vals[ins.outputs[0]] = _execute(ins, engine, vals)
+        if capture is not None:
+            capture(ins, vals[ins.outputs[0]])
     return [np.ascontiguousarray(vals[t]).copy() for t in engine.proto.outputs]

@@ -1,0 +1,447 @@
+"""Per-layer precision analysis: float model vs quantized or compiled model (DESIGN §10).
+
+:func:`analyze` (``ConvertImpl.analyze``) runs, on the same batches,
+
+- the float IR with the numpy evaluator (:mod:`ratelnn.ir.evaluate`);
+- ``against="quant"``: the quantized model as a QDQ IR (``emit_qdq(quantized_ir())``) with
+  the same evaluator; every layer's value is the dequantized value its readers see;
+- ``against="npu"``: the compiled graph, engines on the reference executor, each engine
+  instruction's output codes captured and dequantized with the engine tensor's scale
+  (engine tensors are named after IR tensors; ``<tensor>/nhwc`` views are transposed back).
+
+and compares every quantized layer's output (one :class:`LayerRow`) and every graph
+output.  Metrics, over all real samples: cosine similarity, SQNR in dB
+(``10 log10(sum f^2 / sum (f - q)^2)``, capped at :data:`SQNR_CAP_DB`), max absolute
+error, and the percent of float values outside the tensor's integer range (saturated by
+the clip).  ``sqnr_drop_db`` is how much SQNR the layer itself loses: the lowest SQNR of
+its inputs (at most the ideal SQNR of its dtype) minus its own.  Suggestions re-quantize the worst layers in int16 (then fp32)
+and keep what recovers them.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from .quantization import arith
+
+SQNR_CAP_DB = 200.0        # SQNR of an exact match
+SUGGEST_DROP_DB = 6.0      # a layer losing this much SQNR (one bit) is a candidate
+RECOVERED_DROP_DB = 3.0    # a precision change leaving at most this drop (or half the
+                           # original drop) fixes the layer
+MAX_SUGGESTIONS = 3
+AGAINST = ("quant", "npu")
+
+
+def ideal_sqnr_db(dtype: str) -> float:
+    """SQNR of uniform quantization of a full-scale signal with ``dtype``'s bits
+    (6.02 b + 1.76 dB): a layer at least this precise loses nothing to its inputs."""
+    bits = {"int8": 8, "uint8": 8, "int16": 16}.get(dtype, 32)
+    return 6.02 * bits + 1.76
+
+
+# ------------------------------------------------------------------ metrics
+class _Accumulator:
+    """Running sums of one tensor's float vs quantized values (float64)."""
+
+    def __init__(self, low: float = -math.inf, high: float = math.inf, channel_axis: int = -1) -> None:
+        self.low, self.high = low, high
+        self.axis = channel_axis
+        self.ff = self.qq = self.fq = self.ee = 0.0
+        self.channel_ff: Optional[np.ndarray] = None
+        self.channel_ee: Optional[np.ndarray] = None
+        self.max_abs = 0.0
+        self.saturated = 0
+        self.count = 0
+
+    def add(self, f: np.ndarray, q: np.ndarray) -> None:
+        f, q = np.asarray(f, np.float64), np.asarray(q, np.float64)
+        if f.shape != q.shape:
+            raise ValueError(f"float and quantized values differ in shape ({f.shape} vs {q.shape})")
+        if f.ndim:
+            fc = np.moveaxis(f, self.axis, -1).reshape(-1, f.shape[self.axis])
+            ec = fc - np.moveaxis(q, self.axis, -1).reshape(fc.shape)
+            ff_c, ee_c = (fc * fc).sum(axis=0), (ec * ec).sum(axis=0)
+            self.channel_ff = ff_c if self.channel_ff is None else self.channel_ff + ff_c
+            self.channel_ee = ee_c if self.channel_ee is None else self.channel_ee + ee_c
+        f, q = f.reshape(-1), q.reshape(-1)
+        e = f - q
+        self.ff += float(f @ f)
+        self.qq += float(q @ q)
+        self.fq += float(f @ q)
+        self.ee += float(e @ e)
+        self.max_abs = max(self.max_abs, float(np.max(np.abs(e), initial=0.0)))
+        self.saturated += int(np.count_nonzero((f > self.high) | (f < self.low)))
+        self.count += f.size
+
+    @property
+    def cosine(self) -> float:
+        if self.ff == 0 and self.qq == 0:
+            return 1.0
+        if self.ff == 0 or self.qq == 0:
+            return 0.0
+        return float(np.clip(self.fq / math.sqrt(self.ff * self.qq), -1.0, 1.0))
+
+    @property
+    def sqnr_db(self) -> float:
+        if self.ee == 0:
+            return SQNR_CAP_DB
+        if self.ff == 0:
+            return -SQNR_CAP_DB
+        return float(min(10.0 * math.log10(self.ff / self.ee), SQNR_CAP_DB))
+
+    @property
+    def channel_sqnr_db(self) -> float:
+        """Mean over channels (with signal) of each channel's SQNR: low when the tensor's
+        scale, set by a few large channels, leaves the others with few codes."""
+        if self.channel_ff is None:
+            return self.sqnr_db
+        live = self.channel_ff > 0
+        if not np.any(live):
+            return self.sqnr_db
+        with np.errstate(divide="ignore"):
+            per = 10.0 * np.log10(self.channel_ff[live] / self.channel_ee[live])
+        return float(np.mean(np.clip(per, -SQNR_CAP_DB, SQNR_CAP_DB)))
+
+    @property
+    def saturated_percent(self) -> float:
+        return 100.0 * self.saturated / self.count if self.count else 0.0
+
+
+def similarity(f: np.ndarray, q: np.ndarray) -> Dict[str, float]:
+    """cosine, sqnr_db and max_abs_error of two arrays of the same size."""
+    acc = _Accumulator()
+    acc.add(f, q)
+    return {"cosine": acc.cosine, "sqnr_db": acc.sqnr_db, "max_abs_error": acc.max_abs}
+
+
+# ------------------------------------------------------------------ report
+@dataclasses.dataclass
+class LayerRow:
+    """One quantized layer: IR node ``name``, its ``op``, output ``tensor`` with its
+    quantized ``dtype`` and ``shape``, and the metrics of the module docstring
+    (``channel_sqnr_db``: mean of the per-channel SQNRs; ``sqnr_drop_db`` is computed on it)."""
+
+    name: str
+    op: str
+    tensor: str
+    dtype: str
+    shape: List[Optional[int]]
+    cosine: float
+    sqnr_db: float
+    channel_sqnr_db: float
+    sqnr_drop_db: float
+    max_abs_error: float
+    saturated_percent: float
+
+
+@dataclasses.dataclass
+class Suggestion:
+    """Run layer ``layer`` in ``data_type``: its channel SQNR goes from ``sqnr_db`` to
+    ``sqnr_db_after`` and the first output's from ``output_sqnr_db`` to
+    ``output_sqnr_db_after`` (measured on the first analysis batch, quantized model)."""
+
+    layer: str
+    data_type: str
+    sqnr_db: float
+    sqnr_db_after: float
+    output_sqnr_db: float
+    output_sqnr_db_after: float
+    reason: str
+
+
+@dataclasses.dataclass
+class Report:
+    """Result of :func:`analyze`.
+
+    ``rows``: one :class:`LayerRow` per quantized layer, in graph order.
+    ``output_similarity``: graph output -> {cosine, sqnr_db, max_abs_error[, top1_agreement]}.
+    ``suggestions``: :class:`Suggestion` list, most useful first.
+    """
+
+    against: str
+    num_samples: int
+    rows: List[LayerRow]
+    output_similarity: Dict[str, Dict[str, float]]
+    suggestions: List[Suggestion]
+
+    def worst(self, n: int = 5) -> List[LayerRow]:
+        """The ``n`` rows with the largest SQNR drop."""
+        return sorted(self.rows, key=lambda r: r.sqnr_drop_db, reverse=True)[:n]
+
+    def layer_configs(self) -> List[Dict[str, str]]:
+        """``layer_configs`` entries applying the suggestions (config key of DESIGN §3)."""
+        return [{"layer_name": s.layer, "data_type": s.data_type} for s in self.suggestions]
+
+    def table(self) -> str:
+        """The rows, output similarity and suggestions as aligned text."""
+        head = ("layer", "op", "dtype", "shape", "cosine", "SQNR dB", "chan SQNR dB", "drop dB",
+                "max abs err", "sat %")
+        body = [(r.name, r.op, r.dtype, "x".join("?" if d is None else str(d) for d in r.shape),
+                 f"{r.cosine:.6f}", f"{r.sqnr_db:.2f}", f"{r.channel_sqnr_db:.2f}", f"{r.sqnr_drop_db:.2f}",
+                 f"{r.max_abs_error:.4g}", f"{r.saturated_percent:.3f}") for r in self.rows]
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+        lines = [f"float vs {self.against} on {self.num_samples} samples"]
+        for i, row in enumerate([head] + body):
+            lines.append("  ".join(str(c).ljust(w) if j < 4 else str(c).rjust(w)
+                                   for j, (c, w) in enumerate(zip(row, widths))))
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        for out, sim in self.output_similarity.items():
+            lines.append(f"output {out}: " + ", ".join(f"{k} {v:.6g}" for k, v in sim.items()))
+        if self.suggestions:
+            for s in self.suggestions:
+                lines.append(f"suggest {s.data_type} for {s.layer}: {s.reason}")
+        else:
+            lines.append(f"no layer loses more than {SUGGEST_DROP_DB:g} dB of SQNR: nothing to suggest")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        """The report as JSON text (also written to ``path`` if given)."""
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        d = json.loads(text)
+        return cls(d["against"], d["num_samples"], [LayerRow(**r) for r in d["rows"]],
+                   d["output_similarity"], [Suggestion(**s) for s in d["suggestions"]])
+
+
+# ------------------------------------------------------------------ model values
+def _clip_range(qp) -> tuple:
+    """Float values outside (low, high) saturate when quantized with ``qp``."""
+    lo, hi = arith.QRANGE[qp.dtype]
+    scale = float(np.max(np.asarray(qp.scale, np.float64)))
+    return (lo - 0.5) * scale, (hi + 0.5) * scale
+
+
+def _dequantized_names(qdq) -> Dict[str, str]:
+    """QDQ graph: quantized tensor -> the tensor holding its dequantized value."""
+    producers = {t: n for n in qdq.nodes for t in n.outputs}
+    result = {}
+    for n in qdq.nodes:
+        if n.op == "Dequant" and n.inputs[0] in producers and producers[n.inputs[0]].op == "Quant":
+            result[producers[n.inputs[0]].inputs[0]] = n.outputs[0]
+    return result
+
+
+def _real_rows(value: np.ndarray, batch_size: int, size: int) -> np.ndarray:
+    if size < batch_size and value.ndim and value.shape[0] == batch_size:
+        return value[:size]
+    return value
+
+
+class _CompiledRunner:
+    """The compiled graph with engines on the reference executor, capturing every engine
+    tensor named after an IR tensor of ``wanted`` as dequantized float."""
+
+    def __init__(self, compiled, wanted) -> None:
+        from .npu.engine import Engine
+        self.graph = compiled
+        self.wanted = set(wanted)
+        self.engines = {n.name: Engine.from_bytes(n.attrs["engine"], label=n.attrs.get("engine_name", n.name))
+                        for n in compiled.nodes if n.op == "Engine"}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        from .ir.evaluate import evaluate_node
+        from .npu.reference import run_reference
+        values = {k: np.asarray(v) for k, v in self.graph.params.items()}
+        values.update((t, np.asarray(feeds[t])) for t in self.graph.inputs)
+        captured: Dict[str, np.ndarray] = {}
+
+        def record(spec, codes) -> None:
+            name, nhwc = (spec.name[:-5], True) if spec.name.endswith("/nhwc") else (spec.name, False)
+            if name in self.wanted and (name not in captured or not nhwc):
+                real = codes.astype(np.float32) * np.float32(spec.scale)
+                captured[name] = real.transpose(0, 3, 1, 2) if nhwc else real
+
+        for node in self.graph.nodes:
+            args = [values[t] for t in node.inputs]
+            if node.op == "Engine":
+                engine = self.engines[node.name]
+                inputs, _ = engine.check_inputs(args)
+                for spec, codes in zip(engine.inputs, inputs):
+                    record(spec, codes)
+                results = run_reference(engine, inputs,
+                                        lambda ins, codes, e=engine: record(e.tensors[ins.outputs[0]], codes))
+            else:
+                results = evaluate_node(node, args)
+            values.update(zip(node.outputs, results))
+        for t in self.wanted - set(captured):
+            info = self.graph.tensors.get(t)
+            if t in values and (info is None or info.dtype == "float32"):
+                captured[t] = values[t]
+        return captured
+
+
+def _model_values(conv, against: str, qgraph, config: Mapping[str, Any]):
+    """A function (feeds, tensors) -> {IR tensor: value} of the quantized (QDQ IR) or
+    compiled model made from ``qgraph`` under ``config``."""
+    from .ir.evaluate import evaluate
+    from .quantization.emit import emit_qdq
+    if against == "quant":
+        qdq = emit_qdq(qgraph, config)
+        names = _dequantized_names(qdq)
+
+        def run(feeds, tensors):
+            fetched = evaluate(qdq, feeds, [names.get(t, t) for t in tensors])
+            return {t: fetched[names.get(t, t)] for t in tensors}
+        return run
+    from .compiler import compile_graph
+    runners: Dict[tuple, _CompiledRunner] = {}
+    compiled = compile_graph(qgraph, config, conv.device_info)
+
+    def run(feeds, tensors):
+        key = tuple(tensors)
+        if key not in runners:
+            runners[key] = _CompiledRunner(compiled, tensors)
+        got = runners[key].run(feeds)
+        missing = [t for t in tensors if t not in got]
+        if missing:
+            raise RuntimeError(f"the compiled model holds no float or engine value for {missing}")
+        return got
+    return run
+
+
+# ------------------------------------------------------------------ analysis
+def _channel_axis(conv, tensor: str) -> int:
+    """Channel axis of an IR tensor: 1 for rank-4 NCHW tensors (MXNet, or a producer with
+    ``layout="NCHW"``), else the last axis."""
+    shape = conv.graph.tensors[tensor].shape
+    if len(shape) != 4:
+        return -1
+    producer = conv.graph.producer(tensor)
+    layout = producer.attrs.get("layout") if producer is not None else None
+    if layout is None:
+        layout = "NCHW" if conv.handler.framework == "mxnet" else "NHWC"
+    return 1 if layout == "NCHW" else -1
+
+
+def _layers(qgraph, config):
+    """(quantized nodes, tensors to measure) of the quantized IR."""
+    from .quantization.policy import activation_inputs, make_plan
+    plan = make_plan(qgraph, config)
+    nodes = [n for n in qgraph.nodes if plan.is_quantized(n)]
+    tensors = []
+    for n in nodes:
+        for t in activation_inputs(qgraph, n) + [n.outputs[0]]:
+            if t not in tensors:
+                tensors.append(t)
+    return nodes, tensors
+
+
+def _output_similarity(float_out: Dict[str, List[np.ndarray]], model_out: Dict[str, List[np.ndarray]]):
+    result = {}
+    for name in float_out:
+        f, q = np.concatenate(float_out[name]), np.concatenate(model_out[name])
+        sim = similarity(f, q)
+        if f.ndim == 2 and f.shape[1] > 1:
+            sim["top1_agreement"] = float(np.mean(np.argmax(f, 1) == np.argmax(q, 1)))
+        result[name] = sim
+    return result
+
+
+def _layer_sqnr(conv, stats, extra_layer_configs, feeds, layer_tensor: str, float_values) -> tuple:
+    """(channel SQNR of ``layer_tensor``, SQNR of the first output) of the quantized model with
+    ``extra_layer_configs`` appended, on one batch."""
+    from .quantization.quantizer import quantize
+    config = copy.deepcopy(conv.config)
+    config["layer_configs"] = list(config.get("layer_configs") or []) + extra_layer_configs
+    run = _model_values(conv, "quant", quantize(conv.graph, stats, config), config)
+    out = conv.graph.outputs[0]
+    got = run(feeds, [layer_tensor, out])
+    layer = _Accumulator(channel_axis=_channel_axis(conv, layer_tensor))
+    layer.add(float_values[layer_tensor], got[layer_tensor])
+    return layer.channel_sqnr_db, similarity(float_values[out], got[out])["sqnr_db"]
+
+
+def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr: float) -> List[Suggestion]:
+    result = []
+    candidates = [r for r in sorted(rows, key=lambda r: r.sqnr_drop_db, reverse=True)
+                  if r.sqnr_drop_db >= SUGGEST_DROP_DB][:MAX_SUGGESTIONS]
+    for row in candidates:
+        input_sqnr = row.channel_sqnr_db + row.sqnr_drop_db
+        for data_type in ("int16", "fp32"):
+            sqnr, out_sqnr = _layer_sqnr(conv, stats, [{"layer_name": row.name, "data_type": data_type}],
+                                         feeds, row.tensor, float_values)
+            remaining_drop = input_sqnr - sqnr
+            if (remaining_drop <= max(RECOVERED_DROP_DB, row.sqnr_drop_db / 2)
+                    or data_type == "fp32"):
+                reason = (f"loses {row.sqnr_drop_db:.1f} dB SQNR in {row.dtype} "
+                          f"({row.saturated_percent:.2f}% saturated); in {data_type}: layer channel SQNR "
+                          f"{row.channel_sqnr_db:.1f} -> {sqnr:.1f} dB, output SQNR {output_sqnr:.1f} -> {out_sqnr:.1f} dB")
+                result.append(Suggestion(row.name, data_type, row.channel_sqnr_db, sqnr, output_sqnr,
+                                         out_sqnr, reason))
+                break
+    return result
+
+
+def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] = None,
+            max_batches: Optional[int] = None, progress: bool = False) -> Report:
+    """The :class:`Report` of converter ``conv`` on ``data`` (any calibration data form)."""
+    from .calibration.progress import Progress
+    from .calibration.stats import load_statistics
+    from .ir.evaluate import evaluate
+    from .quantization.quantizer import quantize
+    if against not in AGAINST:
+        raise ValueError(f"against must be one of {AGAINST}, got {against!r}")
+    stats = load_statistics(conv.config["output_dir"])
+    qgraph = quantize(conv.graph, stats, conv.config)
+    nodes, tensors = _layers(qgraph, conv.config)
+    outputs = list(conv.graph.outputs)
+    fetch = tensors + [o for o in outputs if o not in tensors]
+    run_model = _model_values(conv, against, qgraph, conv.config)
+    acc = {t: _Accumulator(*(_clip_range(qgraph.qparams[t]) if t in qgraph.qparams else (-math.inf, math.inf)),
+                           channel_axis=_channel_axis(conv, t))
+           for t in tensors}
+    float_out: Dict[str, List[np.ndarray]] = {o: [] for o in outputs}
+    model_out: Dict[str, List[np.ndarray]] = {o: [] for o in outputs}
+    batches = conv.calibration_data(data, batch_size)
+    total = batches.num_batches if max_batches is None else min(max_batches, batches.num_batches or max_batches)
+    first = None
+    samples = 0
+    with Progress(total, f"analyze ({against})", enabled=progress) as bar:
+        for i, batch in enumerate(batches):
+            if max_batches is not None and i >= max_batches:
+                break
+            f_vals = evaluate(conv.graph, batch.feeds, fetch)
+            q_vals = run_model(batch.feeds, fetch)
+            if first is None:
+                first = (batch.feeds, f_vals)
+            for t in fetch:
+                f = _real_rows(f_vals[t], batches.batch_size, batch.size)
+                q = _real_rows(q_vals[t], batches.batch_size, batch.size)
+                if t in acc:
+                    acc[t].add(f, q)
+                if t in float_out:
+                    float_out[t].append(f)
+                    model_out[t].append(q)
+            samples += batch.size
+            bar.update()
+    from .quantization.policy import activation_inputs
+    rows = []
+    for n in nodes:
+        t = n.outputs[0]
+        inputs = [acc[i].channel_sqnr_db for i in activation_inputs(qgraph, n) if i in acc]
+        own = acc[t].channel_sqnr_db
+        rows.append(LayerRow(n.name, n.op, t, qgraph.qparams[t].dtype,
+                             list(conv.graph.tensors[t].shape), acc[t].cosine, acc[t].sqnr_db, own,
+                             max(min(inputs + [ideal_sqnr_db(qgraph.qparams[t].dtype)]) - own, 0.0),
+                             acc[t].max_abs, acc[t].saturated_percent))
+    output_sim = _output_similarity(float_out, model_out)
+    suggestions = _suggest(conv, stats, rows, first[0], first[1], output_sim[outputs[0]]["sqnr_db"])
+    return Report(against, samples, rows, output_sim, suggestions)

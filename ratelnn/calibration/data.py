@@ -1,0 +1,375 @@
+"""Calibration data sources -> batches of feed dicts (docs/calibration-data.md).
+
+:class:`CalibrationData` accepts, for a model with inputs described by :class:`InputSpec`:
+
+- a numpy array (single-input models): samples along axis 0;
+- a dict ``{input name: array}`` (all arrays with the same number of samples);
+- an iterable of arrays or of such dicts (each item is a chunk of samples, e.g. a batch);
+- a path (``str`` or ``os.PathLike``) to
+  - ``.npy``: an array, or a pickled dict of per-input arrays (``np.save(path, {...})``;
+    loading it unpickles, so only use files you trust);
+  - ``.bin``: raw little-endian float32 samples of a single-input model, each of the
+    input's shape without the batch dimension (``input_shapes``);
+  - ``.tar``, ``.tgz``, ``.tar.gz``: images (png, jpg, jpeg, bmp, gif, ppm, pgm, webp),
+    read in member-name order and preprocessed by the config keys :data:`IMAGE_KEYS`.
+
+Whatever the form, samples are regrouped into batches of one size (the model's batch when
+``input_shapes`` fixes it), so the same samples always give the same batches.  When the
+model's batch is fixed, the last, partial batch is completed by repeating its own samples
+(min/max and per-batch extremes are unchanged); :attr:`Batch.size` counts the real ones.
+
+Every batch is checked: input names, rank, shape, and NaN/Inf values, with errors naming
+the source and the sample index.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import tarfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..errors import CalibrationError
+
+DEFAULT_BATCH_SIZE = 32
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".webp")
+TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")
+# Config keys of image preprocessing (tar sources):
+#   image_size: [h, w] to resize to (bilinear; default: the input's own H, W)
+#   mean, std: scalar or one value per channel (in the config's channel order), in pixel
+#              units 0..255; value = (pixel - mean) / std
+#   channel_order: "RGB" or "BGR" (3-channel inputs); 1-channel inputs read grayscale
+#   data_format: "NHWC" or "NCHW" (default: NHWC for tensorflow, NCHW for mxnet)
+IMAGE_KEYS = ("image_size", "mean", "std", "channel_order", "data_format")
+
+
+class DataError(CalibrationError, ValueError):
+    """Calibration data are missing, malformed, or do not fit the model's inputs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One model input: ``name`` (feed key), ``shape`` (dim 0 the batch; None = free), ``dtype``."""
+
+    name: str
+    shape: tuple
+    dtype: str = "float32"
+
+
+@dataclasses.dataclass
+class Batch:
+    """``feeds``: input name -> array of ``batch_size`` rows; the first ``size`` are real."""
+
+    feeds: Dict[str, np.ndarray]
+    size: int
+
+
+Chunk = Dict[str, np.ndarray]
+
+
+# ------------------------------------------------------------------ image preprocessing
+@dataclasses.dataclass(frozen=True)
+class ImagePreprocess:
+    """Image -> model input sample (see :data:`IMAGE_KEYS`)."""
+
+    size: tuple          # (h, w)
+    channels: int        # 1 or 3
+    mean: np.ndarray     # float32, broadcast over channels
+    std: np.ndarray
+    bgr: bool
+    nchw: bool
+
+    @classmethod
+    def from_config(cls, spec: InputSpec, config: Mapping[str, Any], framework: str) -> "ImagePreprocess":
+        layout = config.get("data_format") or ("NCHW" if framework == "mxnet" else "NHWC")
+        if layout not in ("NHWC", "NCHW"):
+            raise DataError(f"config data_format must be 'NHWC' or 'NCHW', got {layout!r}")
+        if len(spec.shape) != 4:
+            raise DataError(f"a tar of images needs a 4-D image input; input {spec.name!r} "
+                            f"has shape {list(spec.shape)}")
+        h, w, c = (spec.shape[2], spec.shape[3], spec.shape[1]) if layout == "NCHW" else spec.shape[1:]
+        size = config.get("image_size") or (h, w)
+        if len(size) != 2 or any(s is None or int(s) <= 0 for s in size):
+            raise DataError(f"config image_size must be [height, width], got {size!r}")
+        if c not in (1, 3):
+            raise DataError(f"input {spec.name!r} ({layout}, shape {list(spec.shape)}) has {c} "
+                            "channels: images need 1 or 3 (is data_format right?)")
+        order = config.get("channel_order") or "RGB"
+        if order not in ("RGB", "BGR"):
+            raise DataError(f"config channel_order must be 'RGB' or 'BGR', got {order!r}")
+        mean = cls._per_channel("mean", config.get("mean", 0.0), c)
+        std = cls._per_channel("std", config.get("std", 1.0), c)
+        if np.any(std == 0):
+            raise DataError(f"config std must not be 0, got {config.get('std')!r}")
+        return cls((int(size[0]), int(size[1])), c, mean, std, order == "BGR", layout == "NCHW")
+
+    @staticmethod
+    def _per_channel(key: str, value: Any, channels: int) -> np.ndarray:
+        arr = np.asarray(value if value is not None else (0.0 if key == "mean" else 1.0), np.float32).reshape(-1)
+        if arr.size not in (1, channels):
+            raise DataError(f"config {key} has {arr.size} values for {channels} channels")
+        return arr
+
+    def __call__(self, data: bytes, label: str) -> np.ndarray:
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                img = img.convert("L" if self.channels == 1 else "RGB")
+                if img.size != (self.size[1], self.size[0]):
+                    img = img.resize((self.size[1], self.size[0]), Image.BILINEAR)
+                pixels = np.asarray(img, dtype=np.float32)
+        except (UnidentifiedImageError, OSError) as e:
+            raise DataError(f"{label}: not a readable image ({e})") from None
+        if self.channels == 1:
+            pixels = pixels[..., np.newaxis]
+        elif self.bgr:
+            pixels = pixels[..., ::-1]
+        sample = (pixels - self.mean) / self.std
+        return np.ascontiguousarray(sample.transpose(2, 0, 1) if self.nchw else sample)
+
+
+# ------------------------------------------------------------------ sources -> chunks
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    return ".tar.gz" if name.endswith(".tar.gz") else path.suffix.lower()
+
+
+def _npy_has_objects(path: Path) -> bool:
+    """Whether the .npy header declares an object dtype (a pickled payload)."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            version = fmt.read_magic(f)
+            _, _, dtype = fmt._read_array_header(f, version)
+    except ValueError as e:
+        raise DataError(f"{path}: not a valid .npy file ({e})") from None
+    return dtype.hasobject
+
+
+def _load_npy(path: Path) -> Any:
+    """A memory-mapped array, or the dict of arrays of a pickled 0-d object array."""
+    if not _npy_has_objects(path):
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        except ValueError as e:
+            raise DataError(f"{path}: not a valid .npy file ({e})") from None
+    obj = np.load(path, allow_pickle=True)
+    if obj.shape == () and isinstance(obj.item(), dict):
+        return obj.item()
+    raise DataError(f"{path}: holds an object array; expected a numeric array or a dict of arrays")
+
+
+def _tar_chunks(path: Path, preprocess: ImagePreprocess, name: str) -> Iterator[Chunk]:
+    try:
+        archive = tarfile.open(path, "r:*")
+    except (tarfile.TarError, OSError) as e:
+        raise DataError(f"{path}: not a readable tar archive ({e})") from None
+    with archive:
+        members = sorted((m for m in archive.getmembers()
+                          if m.isfile() and m.name.lower().endswith(IMAGE_SUFFIXES)), key=lambda m: m.name)
+        if not members:
+            raise DataError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) in the archive")
+        for m in members:
+            data = archive.extractfile(m).read()
+            yield {name: preprocess(data, f"{path}:{m.name}")[np.newaxis]}
+
+
+def count_tar_images(path: Path) -> int:
+    """Number of image members of a tar archive."""
+    with tarfile.open(path, "r:*") as archive:
+        return sum(1 for m in archive.getmembers() if m.isfile() and m.name.lower().endswith(IMAGE_SUFFIXES))
+
+
+def _bin_array(path: Path, spec: InputSpec) -> np.ndarray:
+    sample_shape = tuple(spec.shape[1:])
+    if any(d is None for d in sample_shape):
+        raise DataError(f"{path}: a raw .bin needs the full sample shape of input {spec.name!r} "
+                        f"in input_shapes, got {list(spec.shape)}")
+    per_sample = int(np.prod(sample_shape)) * 4
+    size = path.stat().st_size
+    if size == 0 or size % per_sample:
+        raise DataError(f"{path}: {size} bytes is not a whole number of float32 samples of shape "
+                        f"{list(sample_shape)} ({per_sample} bytes each)")
+    return np.memmap(path, dtype="<f4", mode="r").reshape((-1,) + sample_shape)
+
+
+# ------------------------------------------------------------------ the data set
+class CalibrationData:
+    """Iterable of :class:`Batch` for a model with inputs ``inputs`` (see the module docstring).
+
+    ``config``: the converter config (image keys); ``framework`` picks the default image
+    layout; ``batch_size``: None = the model's fixed batch, else :data:`DEFAULT_BATCH_SIZE`.
+    """
+
+    def __init__(self, data: Any, inputs: Sequence[InputSpec], config: Optional[Mapping[str, Any]] = None,
+                 batch_size: Optional[int] = None, framework: str = "tensorflow") -> None:
+        self.inputs = list(inputs)
+        self.config = dict(config or {})
+        self.framework = framework
+        self.names = [s.name for s in self.inputs]
+        fixed = {s.shape[0] for s in self.inputs if s.shape and s.shape[0] is not None}
+        if len(fixed) > 1:
+            raise DataError(f"the model's inputs have different fixed batch sizes {sorted(fixed)}")
+        self.fixed_batch = fixed.pop() if fixed else None
+        if batch_size is not None and (int(batch_size) <= 0 or
+                                       (self.fixed_batch is not None and int(batch_size) != self.fixed_batch)):
+            raise DataError(f"batch_size={batch_size} but the model is specialised for batch "
+                            f"{self.fixed_batch} (input_shapes); pass batch_size=None")
+        self.batch_size = int(batch_size or self.fixed_batch or DEFAULT_BATCH_SIZE)
+        self.label, self._chunks, self.num_samples = self._open(data)
+
+    @property
+    def num_batches(self) -> Optional[int]:
+        """Number of batches, or None when the source's length is unknown."""
+        if self.num_samples is None:
+            return None
+        return -(-self.num_samples // self.batch_size)
+
+    # ---- opening a source
+    def _single_input(self, form: str) -> InputSpec:
+        if len(self.inputs) != 1:
+            raise DataError(f"{form} can only feed a single-input model; this model has inputs "
+                            f"{self.names}: give a dict of per-input arrays instead")
+        return self.inputs[0]
+
+    def _open(self, data: Any):
+        """(label, chunk iterator factory, number of samples or None)."""
+        if isinstance(data, (str, os.PathLike)):
+            return self._open_path(Path(data))
+        if isinstance(data, np.ndarray):
+            spec = self._single_input("an array")
+            return "array", lambda: self._array_chunks({spec.name: data}), len(data) if data.ndim else 0
+        if isinstance(data, Mapping):
+            arrays = {k: np.asarray(v) for k, v in data.items()}
+            return "dict", lambda: self._array_chunks(arrays), self._dict_length(arrays, "dict")
+        if isinstance(data, Iterable):
+            return "iterable", lambda: self._iterable_chunks(data), None
+        raise DataError(f"calibration data must be an array, a dict of arrays, an iterable of "
+                        f"either, or a path; got {type(data).__name__}")
+
+    def _open_path(self, path: Path):
+        if not path.exists():
+            raise DataError(f"calibration data file {path} does not exist")
+        if not path.is_file():
+            raise DataError(f"calibration data path {path} is not a file")
+        suffix = _suffix(path)
+        label = str(path)
+        if suffix == ".npy":
+            obj = _load_npy(path)
+            if isinstance(obj, dict):
+                arrays = {k: np.asarray(v) for k, v in obj.items()}
+                return label, lambda: self._array_chunks(arrays, label), self._dict_length(arrays, label)
+            spec = self._single_input(f"{path} (one array)")
+            return label, lambda: self._array_chunks({spec.name: obj}, label), len(obj) if obj.ndim else 0
+        if suffix == ".bin":
+            spec = self._single_input(f"{path} (raw samples)")
+            arr = _bin_array(path, spec)
+            return label, lambda: self._array_chunks({spec.name: arr}, label), len(arr)
+        if suffix in TAR_SUFFIXES:
+            spec = self._single_input(f"{path} (images)")
+            preprocess = ImagePreprocess.from_config(spec, self.config, self.framework)
+            try:
+                count = count_tar_images(path)
+            except (tarfile.TarError, OSError) as e:
+                raise DataError(f"{path}: not a readable tar archive ({e})") from None
+            return label, lambda: _tar_chunks(path, preprocess, spec.name), count
+        raise DataError(f"{path}: unknown calibration data file type {suffix!r} "
+                        f"(use .npy, .bin, .tar, .tgz or .tar.gz)")
+
+    def _dict_length(self, arrays: Mapping[str, np.ndarray], label: str) -> int:
+        lengths = {k: (len(v) if v.ndim else 0) for k, v in arrays.items()}
+        if len(set(lengths.values())) > 1:
+            raise DataError(f"{label}: inputs have different numbers of samples {lengths}")
+        return next(iter(lengths.values()), 0)
+
+    def _array_chunks(self, arrays: Mapping[str, np.ndarray], label: str = "data") -> Iterator[Chunk]:
+        n = self._dict_length(arrays, label)
+        for start in range(0, n, self.batch_size):
+            yield {k: v[start:start + self.batch_size] for k, v in arrays.items()}
+
+    def _iterable_chunks(self, items: Iterable) -> Iterator[Chunk]:
+        for i, item in enumerate(items):
+            if isinstance(item, Mapping):
+                yield {k: np.asarray(v) for k, v in item.items()}
+            elif isinstance(item, np.ndarray) or np.ndim(item) > 0:
+                yield {self._single_input(f"item {i} of the iterable (an array)").name: np.asarray(item)}
+            else:
+                raise DataError(f"item {i} of the calibration iterable is a {type(item).__name__}; "
+                                "expected an array or a dict of input name -> array")
+
+    # ---- checking and batching
+    def _key(self, key: str) -> str:
+        base = key[:-2] if key.endswith(":0") else key
+        if base not in self.names:
+            raise DataError(f"{self.label}: unknown input {key!r}; the model's inputs are {self.names}")
+        return base
+
+    def _checked(self, chunk: Chunk, first_sample: int) -> Chunk:
+        chunk = {self._key(k): v for k, v in chunk.items()}
+        missing = [n for n in self.names if n not in chunk]
+        if missing:
+            raise DataError(f"{self.label}: no values for inputs {missing} (samples from {first_sample})")
+        out = {}
+        for spec in self.inputs:
+            v = chunk[spec.name]
+            if v.ndim != len(spec.shape):
+                raise DataError(f"{self.label}: input {spec.name!r} expects rank {len(spec.shape)} "
+                                f"(shape {list(spec.shape)}), got shape {list(v.shape)} "
+                                f"(samples from {first_sample})")
+            bad = [i for i, (want, got) in enumerate(zip(spec.shape[1:], v.shape[1:]), 1)
+                   if want is not None and want != got]
+            if bad:
+                raise DataError(f"{self.label}: input {spec.name!r} expects samples of shape "
+                                f"{list(spec.shape[1:])}, got {list(v.shape[1:])} (samples from {first_sample})")
+            v = np.asarray(v, dtype=spec.dtype)
+            if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
+                row = int(np.argwhere(~np.isfinite(v.reshape(len(v), -1)).all(axis=1)).min())
+                raise DataError(f"{self.label}: input {spec.name!r} sample {first_sample + row} "
+                                "holds NaN or Inf")
+            out[spec.name] = v
+        lengths = {len(v) for v in out.values()}
+        if len(lengths) > 1:
+            raise DataError(f"{self.label}: inputs have different numbers of samples in one chunk "
+                            f"({ {k: len(v) for k, v in out.items()} })")
+        return out
+
+    def _batch(self, parts: List[Chunk]) -> Batch:
+        feeds = {n: np.concatenate([p[n] for p in parts]) if len(parts) > 1 else parts[0][n]
+                 for n in self.names}
+        size = len(feeds[self.names[0]])
+        if self.fixed_batch is not None and size < self.fixed_batch:
+            rows = np.arange(self.fixed_batch) % size
+            feeds = {n: v[rows] for n, v in feeds.items()}
+        return Batch({n: np.ascontiguousarray(v) for n, v in feeds.items()}, size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        pending: List[Chunk] = []
+        held = 0
+        seen = 0
+        for raw in self._chunks():
+            chunk = self._checked(raw, seen)
+            n = len(chunk[self.names[0]])
+            seen += n
+            start = 0
+            while start < n:
+                take = min(self.batch_size - held, n - start)
+                pending.append({k: v[start:start + take] for k, v in chunk.items()})
+                held += take
+                start += take
+                if held == self.batch_size:
+                    yield self._batch(pending)
+                    pending, held = [], 0
+        if held:
+            yield self._batch(pending)
+        if seen == 0:
+            raise DataError(f"{self.label}: no calibration samples")
+
+
+def model_inputs(graph) -> List[InputSpec]:
+    """The :class:`InputSpec` of each input of an IR graph (shapes as specialised)."""
+    return [InputSpec(name, tuple(graph.tensors[name].shape), graph.tensors[name].dtype)
+            for name in graph.inputs]

@@ -1,0 +1,147 @@
+"""Run a framework model (float, calibration, quantized or compiled form) on numpy feeds.
+
+:func:`run_model` is the one entry point: ``run_model(framework, model, feeds, fetches)``
+returns one array per fetch.  The framework objects it builds are cached per model object,
+so calling it batch after batch reuses them:
+
+- TensorFlow: the GraphDef is imported once into a ``tf.Graph`` run by one
+  ``tf.compat.v1.Session`` (kept for the lifetime of the cache entry).
+- MXNet: the ``(symbol, arg_params, aux_params)`` tuple is bound once per set of input
+  shapes (an executor per shape set).
+
+The cache holds the last :data:`CACHE_SIZE` models by identity: a model object changed in
+place after a first run keeps running as it was; pass a new object (or call
+:func:`clear_cache`) to run the changed model.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+
+from .errors import ModelError
+
+FRAMEWORKS = ("tensorflow", "mxnet")
+CACHE_SIZE = 4
+
+
+def _tensor_name(name: str) -> str:
+    """TensorFlow tensor name of a node or tensor name: ``"x"`` -> ``"x:0"``."""
+    return name if ":" in name else name + ":0"
+
+
+class TFRunner:
+    """A GraphDef in its own ``tf.Graph`` and ``Session``; ``run`` feeds by node or tensor name."""
+
+    def __init__(self, graph_def: Any) -> None:
+        import tensorflow as tf
+
+        if not isinstance(graph_def, tf.compat.v1.GraphDef):
+            raise ModelError(f"a TensorFlow model must be a GraphDef, got {type(graph_def).__name__}")
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        self.session = tf.compat.v1.Session(graph=self.graph)
+
+    def _tensor(self, name: str):
+        try:
+            return self.graph.get_tensor_by_name(_tensor_name(name))
+        except (KeyError, ValueError) as e:
+            raise ModelError(f"the TensorFlow model has no tensor {name!r}: {e}") from None
+
+    def run(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]) -> List[np.ndarray]:
+        feed_dict = {self._tensor(k): v for k, v in feeds.items()}
+        return list(self.session.run([self._tensor(f) for f in fetches], feed_dict))
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class MXRunner:
+    """An MXNet ``(symbol, arg_params, aux_params)`` model, bound once per set of input shapes."""
+
+    def __init__(self, model: Any) -> None:
+        from .mxnet_compat import import_mxnet
+
+        self.mx = import_mxnet()
+        if not (isinstance(model, tuple) and len(model) == 3):
+            raise ModelError("an MXNet model must be a (symbol, arg_params, aux_params) tuple, "
+                             f"got {type(model).__name__}")
+        self.symbol, self.arg_params, self.aux_params = model
+        self.executors: Dict[Tuple, Any] = {}
+
+    def _fetch_symbol(self, fetches: Sequence[str]):
+        internals = self.symbol.get_internals()
+        known = set(internals.list_outputs())
+        picked = []
+        for name in fetches:
+            full = name if name in known else f"{name}_output"
+            if full not in known:
+                raise ModelError(f"the MXNet model has no output {name!r}")
+            picked.append(internals[full])
+        return self.mx.sym.Group(picked)
+
+    def _executor(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]):
+        key = (tuple(fetches),) + tuple(sorted((k, v.shape, v.dtype.str) for k, v in feeds.items()))
+        if key not in self.executors:
+            mx = self.mx
+            sym = self._fetch_symbol(fetches)
+            args = {k: v for k, v in self.arg_params.items() if k in sym.list_arguments()}
+            for k, v in feeds.items():
+                args[k] = mx.nd.array(v, dtype=v.dtype)
+            missing = [a for a in sym.list_arguments() if a not in args]
+            if missing:
+                raise ModelError(f"the MXNet model needs values for {missing} (not fed and not in arg_params)")
+            aux = {k: self.aux_params[k] for k in sym.list_auxiliary_states()}
+            self.executors[key] = sym.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
+        return self.executors[key]
+
+    def run(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]) -> List[np.ndarray]:
+        executor = self._executor(feeds, fetches)
+        for k, v in feeds.items():
+            executor.arg_dict[k][:] = v
+        return [o.asnumpy() for o in executor.forward(is_train=False)]
+
+    def close(self) -> None:
+        self.executors.clear()
+
+
+_RUNNER_CLASSES = {"tensorflow": TFRunner, "mxnet": MXRunner}
+_cache: "collections.OrderedDict[int, Tuple[Any, Any]]" = collections.OrderedDict()
+
+
+def runner_for(framework: str, model: Any):
+    """The cached runner of ``model`` (a TFRunner or MXRunner), created on first use."""
+    if framework not in _RUNNER_CLASSES:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    key = id(model)
+    entry = _cache.get(key)
+    if entry is not None and entry[0] is model:
+        _cache.move_to_end(key)
+        return entry[1]
+    runner = _RUNNER_CLASSES[framework](model)
+    _cache[key] = (model, runner)
+    while len(_cache) > CACHE_SIZE:
+        _, (_, old) = _cache.popitem(last=False)
+        old.close()
+    return runner
+
+
+def clear_cache() -> None:
+    """Close every cached session/executor."""
+    while _cache:
+        _, (_, runner) = _cache.popitem()
+        runner.close()
+
+
+def run_model(framework: str, model: Any, feeds: Mapping[str, np.ndarray],
+              fetches: Sequence[str]) -> List[np.ndarray]:
+    """Run ``model`` of ``framework`` ("tensorflow" GraphDef or "mxnet" symbol tuple).
+
+    ``feeds``: input node (or tensor) name -> array; ``fetches``: node/tensor names
+    (TensorFlow) or symbol names with or without ``_output`` (MXNet).  Returns one numpy
+    array per fetch, in order.  Raises ModelError for an unknown input or output name.
+    """
+    feeds = {k: np.asarray(v) for k, v in feeds.items()}
+    return runner_for(framework, model).run(feeds, list(fetches))

@@ -1,0 +1,235 @@
+"""ConvertImpl.calibrate (every data form, errors, progress), ratelnn.runners and
+ConvertImpl.analyze (per-layer report, JSON, worst layer, suggestions) on small real
+TensorFlow graphs run by real sessions."""
+from __future__ import annotations
+
+import io
+import math
+import tarfile
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from ratelnn.calibration.data import DataError  # noqa: E402
+from ratelnn.frontend.tensorflow import converter  # noqa: E402
+from ratelnn.runners import run_model, runner_for  # noqa: E402
+
+BATCH = 4
+SAMPLES = 10          # 3 batches of 4, the last one partial
+IMAGE = (6, 6, 1)
+
+
+def _image_graph():
+    """[N,6,6,1] -> conv 3x3 (4 ch) + relu -> mean -> [N,4]."""
+    w = np.random.default_rng(1).normal(0, 0.5, (3, 3, 1, 4)).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, *IMAGE], name="images")
+        h = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
+        tf.identity(tf.reduce_mean(h, axis=[1, 2]), name="scores")
+    return g.as_graph_def()
+
+
+def _config(tmp_path, name, **extra):
+    return {"input_nodes": ["images"], "output_nodes": ["scores"], "input_shapes": [[BATCH, *IMAGE]],
+            "output_dir": str(tmp_path / name), **extra}
+
+
+@pytest.fixture(scope="module")
+def pixels():
+    """SAMPLES uint8 grayscale images and the same as float32 in [0, 1]."""
+    u8 = np.random.default_rng(0).integers(0, 256, (SAMPLES, *IMAGE), dtype=np.uint8)
+    return u8, u8.astype(np.float32) / 255.0
+
+
+def _png_tar(path, u8, mode="w"):
+    from PIL import Image
+    with tarfile.open(path, mode) as tar:
+        for i, img in enumerate(u8):
+            buf = io.BytesIO()
+            Image.fromarray(img[..., 0], mode="L").save(buf, format="PNG")
+            info = tarfile.TarInfo(f"imgs/{i:03d}.png")
+            info.size = buf.tell()
+            buf.seek(0)
+            tar.addfile(info, buf)
+    return path
+
+
+def test_every_data_form_gives_identical_statistics(tmp_path, pixels):
+    u8, x = pixels
+    np.save(tmp_path / "x.npy", x)
+    x.astype("<f4").tofile(tmp_path / "x.bin")
+    np.save(tmp_path / "d.npy", {"images": x})
+    sources = {
+        "array": x,
+        "npy": str(tmp_path / "x.npy"),
+        "bin": tmp_path / "x.bin",
+        "tar": str(_png_tar(tmp_path / "x.tar", u8)),
+        "tgz": str(_png_tar(tmp_path / "x.tgz", u8, "w:gz")),
+        "dict_npy": str(tmp_path / "d.npy"),
+        "feed_dicts": [{"images:0": x[i:i + 3]} for i in range(0, SAMPLES, 3)],
+        "arrays": (x[i:i + 7] for i in range(0, SAMPLES, 7)),
+    }
+    graph_def = _image_graph()
+    stats = {}
+    for name, data in sources.items():
+        conv = converter(graph_def, _config(tmp_path, name, std=255.0))
+        stats[name] = conv.calibrate(data, progress=False)
+    reference = stats["array"]
+    assert reference and all(s.batches == 3 for s in reference.values())
+    for name, got in stats.items():
+        assert got == reference, f"statistics from {name} differ from those of the bare array"
+
+
+def test_progress_reports_count_rate_and_eta(tmp_path, pixels, capsys):
+    conv = converter(_image_graph(), _config(tmp_path, "p"))
+    conv.calibrate(pixels[1], progress=True)
+    err = capsys.readouterr().err
+    assert "calibrate: 3/3 batches" in err and "batches/s" in err and "ETA" in err
+    conv.calibrate(pixels[1], progress=False)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("make_data, message", [
+    (lambda p, x: p / "missing.npy", "does not exist"),
+    (lambda p, x: x[:, :5], "expects samples of shape"),
+    (lambda p, x: x[0], "expects rank 4"),
+    (lambda p, x: np.where(np.arange(SAMPLES)[:, None, None, None] == 7, np.nan, x), "sample 7 holds NaN"),
+    (lambda p, x: _write(p / "b.bin", x.astype("<f4").tobytes()[:-4]), "not a whole number"),
+    (lambda p, x: _write(p / "x.txt", b"1 2 3"), "unknown calibration data file type"),
+    (lambda p, x: _write(p / "bad.tar", b"not a tar at all" * 40), "not a readable tar"),
+    (lambda p, x: [{"pictures": x}], "unknown input 'pictures'"),
+    (lambda p, x: x[:0], "no calibration samples"),
+    (lambda p, x: 3.5, "calibration data must be"),
+])
+def test_bad_calibration_data_gives_clear_errors(tmp_path, pixels, make_data, message):
+    conv = converter(_image_graph(), _config(tmp_path, "bad"))
+    with pytest.raises(DataError, match=message):
+        conv.calibrate(make_data(tmp_path, pixels[1]), progress=False)
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def test_batch_size_must_match_a_fixed_model_batch(tmp_path, pixels):
+    conv = converter(_image_graph(), _config(tmp_path, "bs"))
+    with pytest.raises(DataError, match="specialised for batch 4"):
+        conv.calibrate(pixels[1], batch_size=5, progress=False)
+
+
+def test_tar_with_no_images_is_rejected(tmp_path, pixels):
+    path = tmp_path / "empty.tar"
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo("readme.txt")
+        tar.addfile(info, io.BytesIO(b""))
+    conv = converter(_image_graph(), _config(tmp_path, "e"))
+    with pytest.raises(DataError, match="no images"):
+        conv.calibrate(path, progress=False)
+
+
+def test_run_model_reuses_one_session_and_matches_numpy(pixels):
+    graph_def = _image_graph()
+    runner = runner_for("tensorflow", graph_def)
+    assert runner_for("tensorflow", graph_def) is runner
+    x = pixels[1][:BATCH]
+    (a,) = run_model("tensorflow", graph_def, {"images": x}, ["scores"])
+    (b,) = run_model("tensorflow", graph_def, {"images:0": x}, ["scores:0"])
+    assert a.shape == (BATCH, 4) and np.array_equal(a, b)
+    with pytest.raises(Exception, match="no tensor 'nope'"):
+        run_model("tensorflow", graph_def, {"images": x}, ["nope"])
+
+
+def test_run_model_mxnet_symbol_tuple():
+    from ratelnn.mxnet_compat import import_mxnet
+    mx = import_mxnet()
+    data = mx.sym.var("data")
+    out = mx.sym.FullyConnected(data, num_hidden=3, name="fc")
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    params = {"fc_weight": mx.nd.array(w), "fc_bias": mx.nd.array(np.ones(3, np.float32))}
+    model = (out, params, {})
+    x = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+    for _ in range(2):
+        (y,) = run_model("mxnet", model, {"data": x}, ["fc"])
+        np.testing.assert_allclose(y, x @ w.T + 1, rtol=1e-5)
+
+
+# ------------------------------------------------------------------ analyze
+def _outlier_graph():
+    """Three convs; ``broken`` has one output channel 300x larger than the others, so its
+    8-bit output scale leaves the other channels few codes; ``last`` ignores that channel."""
+    rng = np.random.default_rng(3)
+    w1 = rng.normal(0, 0.4, (3, 3, 2, 8)).astype(np.float32)
+    w2 = rng.normal(0, 0.3, (3, 3, 8, 8)).astype(np.float32)
+    w2[..., 5] *= 300.0
+    w3 = rng.normal(0, 0.3, (1, 1, 8, 6)).astype(np.float32)
+    w3[:, :, 5, :] = 0.0        # the next layer ignores the outlier channel: only its range hurts
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 2], name="x")
+        h = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME", name="first"))
+        h = tf.nn.relu(tf.nn.conv2d(h, w2, 1, "SAME", name="broken"))
+        h = tf.nn.conv2d(h, w3, 1, "SAME", name="last")
+        tf.identity(tf.reduce_mean(h, axis=[1, 2]), name="y")
+    return g.as_graph_def()
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("analyze")
+    cfg = {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[8, 8, 8, 2]],
+           "output_dir": str(out)}
+    conv = converter(_outlier_graph(), cfg)
+    data = np.random.default_rng(4).normal(size=(64, 8, 8, 2)).astype(np.float32)
+    conv.calibrate(data, progress=False)
+    return conv, data, conv.analyze(data[:32])
+
+
+def test_analyze_rows_cover_every_quantized_layer_with_finite_metrics(analyzed):
+    from ratelnn.quantization.policy import make_plan
+    conv, _, report = analyzed
+    assert [r.name for r in report.rows] == make_plan(conv.quantized_ir(), conv.config).quantized_nodes
+    assert report.num_samples == 32
+    for r in report.rows:
+        for value in (r.cosine, r.sqnr_db, r.sqnr_drop_db, r.max_abs_error, r.saturated_percent):
+            assert math.isfinite(value), r
+        assert -1 <= r.cosine <= 1 and 0 <= r.saturated_percent <= 100
+    sim = report.output_similarity["y"]
+    assert 0.5 < sim["cosine"] <= 1 and 0 <= sim["top1_agreement"] <= 1
+    text = report.table()
+    assert all(r.name in text for r in report.rows) and "SQNR dB" in text
+
+
+def test_analyze_json_round_trips(analyzed, tmp_path):
+    from ratelnn.analysis import Report
+    report = analyzed[2]
+    text = report.to_json(str(tmp_path / "r.json"))
+    assert Report.from_json(text) == report
+    assert (tmp_path / "r.json").read_text() == text
+
+
+def test_analyze_names_the_broken_layer_and_int16_fixes_it(analyzed, tmp_path):
+    conv, data, report = analyzed
+    worst = report.worst(1)[0]
+    assert worst.name == "broken", report.table()
+    assert worst.sqnr_drop_db > 10
+    assert report.suggestions and report.suggestions[0].layer == "broken"
+    assert report.suggestions[0].data_type == "int16"
+    cfg = dict(conv.config, layer_configs=report.layer_configs())
+    fixed = converter(_outlier_graph(), cfg).analyze(data[:32])
+    before, after = report.output_similarity["y"]["sqnr_db"], fixed.output_similarity["y"]["sqnr_db"]
+    assert after > before + 6, (before, after)
+
+
+def test_analyze_against_npu_captures_engine_tensors(analyzed):
+    conv, data, quant = analyzed
+    npu = conv.analyze(data[:8], against="npu")
+    assert [r.name for r in npu.rows] == [r.name for r in quant.rows]
+    assert all(math.isfinite(r.sqnr_db) and r.cosine > 0.5 for r in npu.rows), npu.table()
+    assert npu.rows[0].sqnr_db > 25, npu.table()   # the healthy first layer is precise on the NPU too
+    assert npu.worst(1)[0].name == "broken"
+    with pytest.raises(ValueError, match="against must be"):
+        conv.analyze(data[:8], against="gpu")
