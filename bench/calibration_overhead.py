@@ -1,0 +1,184 @@
+"""Calibration and quantized-model overhead on MobileNetV2, relative to the float model.
+
+Freezes Keras MobileNetV2 (weights=None, 224x224x3, batch 8), makes the calibration model
+(``to_cal``) and the quantized model (``to_quant``, statistics from a few random batches:
+enough for a *speed* measurement), then times one ``Session.run`` of each of the three
+GraphDefs in interleaved rounds (the order rotates every round) with the same input and the
+same thread count, and reports the median time per batch and the ratios
+calibration/float and quantized/float (targets: <= 1.3 and <= 1.5).
+
+The result replaces the "Calibration overhead" section of docs/benchmarks.md.
+
+    python bench/calibration_overhead.py [--repeats 15] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "benchmarks.md"
+SECTION_START = "<!-- calibration-overhead: start (written by bench/calibration_overhead.py) -->"
+SECTION_END = "<!-- calibration-overhead: end -->"
+BATCH = 8
+IMAGE_SHAPE = (224, 224, 3)
+CALIBRATION_BATCHES = 3
+TARGETS = {"calibration": 1.3, "quantized": 1.5}  # max ratio to the float model's time
+
+
+def mobilenet_v2_graphs(output_dir: str):
+    """``(graphs, input_tensor, output_tensor)``: GraphDefs of an untrained MobileNetV2 for
+    batches of 8 images of 224x224x3: the frozen float model, the float model after
+    ratelnn's passes (BatchNorm folded: what the calibration model is built from), the
+    calibration model and the quantized model."""
+    import keras
+
+    import ratelnn
+    from ratelnn.frontend.tensorflow import converter, freeze_keras
+    from ratelnn.testing import run_graph
+
+    ratelnn.tf_init()
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNetV2(weights=None, input_shape=IMAGE_SHAPE)
+    graph_float, inputs, outputs = freeze_keras(model)
+    input_tensor, output_tensor = inputs[0] + ":0", outputs[0] + ":0"
+    config = {"input_nodes": inputs, "output_nodes": outputs,
+              "input_shapes": [[BATCH, *IMAGE_SHAPE]], "output_dir": output_dir}
+    conv = converter(graph_float, config)
+    graph_cal = conv.to_cal()
+    calibration_images = random_images(CALIBRATION_BATCHES * BATCH, seed=1)
+    run_graph(graph_cal, input_tensor, output_tensor, calibration_images, BATCH)
+    graphs = {"float": graph_float,
+              "float, optimised": conv.handler.export_graph(conv.graph),
+              "calibration": graph_cal, "quantized": conv.to_quant()}
+    return graphs, input_tensor, output_tensor
+
+
+def random_images(count: int, seed: int) -> np.ndarray:
+    """``count`` float32 images of 224x224x3 uniform in [-1, 1] (MobileNetV2's input range)."""
+    return np.random.default_rng(seed).uniform(-1, 1, (count, *IMAGE_SHAPE)).astype(np.float32)
+
+
+def time_side_by_side(graphs, input_tensor: str, output_tensor: str, threads: int,
+                      repeats: int, warmup: int = 2):
+    """Median seconds per ``Session.run`` of each graph on one batch, measured in
+    ``repeats`` interleaved rounds whose order rotates; returns ``{name: seconds}``."""
+    import tensorflow as tf
+
+    session_config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
+                                              inter_op_parallelism_threads=1)
+    batch = random_images(BATCH, seed=2)
+    sessions = {}
+    for name, graph_def in graphs.items():
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        sessions[name] = tf.compat.v1.Session(graph=graph, config=session_config)
+    try:
+        for sess in sessions.values():
+            for _ in range(warmup):
+                sess.run(output_tensor, {input_tensor: batch})
+        times = {name: [] for name in sessions}
+        names = list(sessions)
+        for round_index in range(repeats):
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                sessions[name].run(output_tensor, {input_tensor: batch})
+                times[name].append(time.perf_counter() - start)
+    finally:
+        for sess in sessions.values():
+            sess.close()
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (or the platform's processor string)."""
+    try:
+        match = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
+    except OSError:
+        match = None
+    return match.group(1).strip() if match else platform.processor() or "unknown CPU"
+
+
+def report(medians, threads: int, repeats: int, command: str) -> str:
+    """The markdown section (between the section markers) for docs/benchmarks.md."""
+    import tensorflow as tf
+
+    float_time = medians["float"]
+    lines = [
+        SECTION_START,
+        "## Calibration overhead (MobileNetV2, batch 8)",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Keras MobileNetV2 (weights=None, 224x224x3) frozen to a GraphDef; one `Session.run` "
+        f"per batch of {BATCH}; {threads} intra-op threads; median of {repeats} interleaved "
+        f"rounds (order rotating each round). TensorFlow {tf.__version__}, {cpu_name()}, "
+        f"{os.cpu_count()} logical CPUs, load average {os.getloadavg()[0]:.2f} at the end.",
+        "",
+        "| model | ms / batch | images / s | time / float | target | met |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, seconds in medians.items():
+        ratio = seconds / float_time
+        target = TARGETS.get(name)
+        target_text = f"<= {target}" if target else "-"
+        met = ("yes" if ratio <= target else "NO") if target else "-"
+        lines.append(f"| {name} | {1000 * seconds:.1f} | {BATCH / seconds:.1f} | "
+                     f"{ratio:.3f} | {target_text} | {met} |")
+    lines += ["", "Ratios are to `float`, the frozen Keras model as the user has it. "
+              "`float, optimised` is that model after ratelnn's graph passes (BatchNorm folded "
+              "into convolutions, identities dropped), from which the calibration model is made "
+              "by adding one RatelMinMax op per quantized tensor. The quantized model simulates "
+              "int8 with RatelQuant/RatelDequant ops around float kernels.", SECTION_END]
+    return "\n".join(lines)
+
+
+def write_section(doc: Path, section: str) -> None:
+    """Replace the section between the markers in ``doc`` (append it if absent)."""
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    if SECTION_START in text and SECTION_END in text:
+        head, rest = text.split(SECTION_START, 1)
+        tail = rest.split(SECTION_END, 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = doc.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, doc)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved timing rounds")
+    parser.add_argument("--threads", type=int, default=2, help="TensorFlow intra-op threads")
+    parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update")
+    args = parser.parse_args()
+    if args.repeats < 1 or args.threads < 1:
+        parser.error("--repeats and --threads must be positive")
+
+    with tempfile.TemporaryDirectory(prefix="ratelnn-bench-") as output_dir:
+        graphs, input_tensor, output_tensor = mobilenet_v2_graphs(output_dir)
+        medians = time_side_by_side(graphs, input_tensor, output_tensor, args.threads, args.repeats)
+    command = "python bench/calibration_overhead.py " + " ".join(sys.argv[1:])
+    section = report(medians, args.threads, args.repeats, command.strip())
+    write_section(args.doc, section)
+    print(section)
+    float_time = medians["float"]
+    return 0 if all(medians[n] / float_time <= t for n, t in TARGETS.items()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

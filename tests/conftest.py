@@ -1,0 +1,33 @@
+"""Session-wide fixtures: the Fashion-MNIST data and the trained Fashion-MNIST CNN.
+
+The trained CNN is built once per pytest session and also kept on disk under the pytest
+cache directory (``.pytest_cache/d/ratelnn-models``), keyed by a hash of its builder's
+source, so reruns skip training. ``pytest --cache-clear`` retrains.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist():
+    """``(x_train, y_train), (x_test, y_test)`` from the Debian package dataset-fashion-mnist:
+    float32 NHWC images in [0, 1] (60,000 / 10,000 of 28x28x1), int64 labels."""
+    from ratelnn.datasets import load_fashion_mnist
+
+    return load_fashion_mnist()
+
+
+@pytest.fixture(scope="session")
+def fashion_cnn(request, fashion_mnist):
+    """The Keras CNN of ``ratelnn.testing.fashion_cnn``, trained on the Fashion-MNIST train
+    split (about 89% test top-1); cached on disk across sessions."""
+    from ratelnn.testing import cached_fashion_cnn
+
+    (x_train, y_train), _ = fashion_mnist
+    cache_dir = request.config.cache.mkdir("ratelnn-models")
+    return cached_fashion_cnn(cache_dir, x_train, y_train)
