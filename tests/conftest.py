@@ -11,6 +11,8 @@ import os
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# MXNet's OpenMP pool oversubscribes the 2 cores next to TensorFlow's threads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
