@@ -3,32 +3,36 @@
 ``ops_library_path("tensorflow")`` compiles every ``ops/core/*.cc`` and
 ``ops/tensorflow/*.cc`` into one shared library with TensorFlow's compile and link flags
 (cached by :func:`ratelnn._build.build_library`; the key includes the TensorFlow version),
-``tf_init()`` loads it into TensorFlow, and ``flush_statistics()`` makes a loaded library
-write its in-memory calibration statistics to disk (docs/statistics.md).
+``tf_init()`` loads it into TensorFlow. ``ops_library_path("mxnet")`` compiles the same core
+with ``ops/mxnet/*.cc`` and MXNet's ``lib_api.cc`` (from the installed wheel), ``mx_init()``
+loads it with ``mx.library.load``. ``flush_statistics()`` makes a loaded library write its
+in-memory calibration statistics to disk (docs/statistics.md).
 """
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
+import importlib.util
 import os
 import threading
+from pathlib import Path
 from typing import Dict, List
 
 from ._build import OPS_DIR, build_library
 from .errors import CalibrationError
+from .mxnet_compat import import_mxnet
 
 FRAMEWORKS = ("tensorflow", "mxnet")
-MXNET_NOT_READY = "MXNet ops: issue 4"
 
 _lock = threading.Lock()
 _library_paths: Dict[str, str] = {}  # framework -> .so path, as built in this process
 _tf_module = None
+_mx_loaded = False
 
 
 def _check_framework(framework: str) -> None:
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; expected one of {FRAMEWORKS}")
-    if framework == "mxnet":
-        raise NotImplementedError(MXNET_NOT_READY)
 
 
 def _tensorflow_sources() -> List[str]:
@@ -51,17 +55,55 @@ def _build_tensorflow_library() -> str:
     return str(build_library("ratelnn_tf", _tensorflow_sources(), compile_flags, link_flags))
 
 
-def ops_library_path(framework: str = "tensorflow") -> str:
-    """Path of the op library for ``framework``, building it on first use (cached on disk
-    across processes, and in memory within this process).
+def _mxnet_package_dir() -> Path:
+    """The installed ``mxnet`` package directory, found without importing MXNet."""
+    spec = importlib.util.find_spec("mxnet")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("MXNet is not installed (pip install mxnet==1.9.1)")
+    return Path(list(spec.submodule_search_locations)[0])
 
-    Raises ValueError for an unknown framework, NotImplementedError for "mxnet" (not yet
-    available) and ``ratelnn._build.BuildError`` if compilation fails.
+
+def _build_mxnet_library() -> str:
+    mx_dir = _mxnet_package_dir()
+    lib_api_cc = mx_dir / "src" / "lib_api.cc"
+    if not lib_api_cc.is_file():
+        raise FileNotFoundError(f"{lib_api_cc} is missing: the MXNet wheel ships it with lib_api.h")
+    version = importlib.metadata.version("mxnet")
+    compile_flags = [
+        f"-I{mx_dir / 'include'}",
+        "-DNDEBUG",
+        # libmxnet.so 1.9.1 (pip wheel) is built with the pre-C++11 std::string ABI; lib_api
+        # passes only C types across the boundary, but matching it keeps any std:: symbol
+        # the two libraries share identical.
+        "-D_GLIBCXX_USE_CXX11_ABI=0",
+        f"-DRATELNN_MX_VERSION={version}",
+    ]
+    # -Bsymbolic: calls inside the library bind to its own definitions, never to libmxnet's
+    link_flags = ["-Wl,-Bsymbolic", "-pthread"]
+    return str(build_library("ratelnn_mx", _mxnet_sources() + [str(lib_api_cc)], compile_flags,
+                             link_flags))
+
+
+def _mxnet_sources() -> List[str]:
+    core = sorted((OPS_DIR / "core").glob("*.cc"))
+    glue = sorted((OPS_DIR / "mxnet").glob("*.cc"))
+    return [str(p) for p in core + glue]
+
+
+_BUILDERS = {"tensorflow": _build_tensorflow_library, "mxnet": _build_mxnet_library}
+
+
+def ops_library_path(framework: str = "tensorflow") -> str:
+    """Path of the op library for ``framework`` ("tensorflow" or "mxnet"), building it on
+    first use (cached on disk across processes, and in memory within this process).
+
+    Raises ValueError for an unknown framework and ``ratelnn._build.BuildError`` if
+    compilation fails.
     """
     _check_framework(framework)
     with _lock:
         if framework not in _library_paths:
-            _library_paths[framework] = _build_tensorflow_library()
+            _library_paths[framework] = _BUILDERS[framework]()
         return _library_paths[framework]
 
 
@@ -82,8 +124,22 @@ def tf_init():
 
 
 def mx_init():
-    """Load the MXNet op library (not available yet)."""
-    raise NotImplementedError(MXNET_NOT_READY)
+    """Load the MXNet op library (building it if needed) with ``mx.library.load``;
+    idempotent, also when the library was already loaded by path.
+
+    Afterwards ``mx.sym``/``mx.nd`` have ``ratel_minmax``, ``ratel_quant``,
+    ``ratel_dequant`` and ``ratel_engine_op`` (attributes: docs/mxnet.md). Returns the path
+    of the loaded library.
+    """
+    global _mx_loaded
+    path = ops_library_path("mxnet")
+    with _lock:
+        if not _mx_loaded:
+            mx = import_mxnet()
+            if not hasattr(mx.nd, "ratel_engine_op"):  # not loaded by path already
+                mx.library.load(path, verbose=False)
+            _mx_loaded = True
+        return path
 
 
 def flush_statistics() -> None:
