@@ -32,6 +32,8 @@ DEFAULTS: Dict[str, Any] = {
     "quant_cfg": {},
     "layer_configs": [],
     "auto_int16": True,
+    "auto_int16_sqnr_db": 25.0,
+    "auto_int16_max_fraction": 0.1,
     "remove_input_quant": False,
     "static_batch_sizes": [],
     "round_mode": "half_away_from_zero",

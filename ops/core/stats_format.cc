@@ -28,6 +28,29 @@ std::string FormatFloat(double v) {
   return buf;
 }
 
+// {"range_exp": e, "bins": [...]} with each run of zero bins written as -(run length).
+std::string HistogramJson(const AbsHistogram& h) {
+  std::string out = "{\"range_exp\": " + std::to_string(h.range_exp) + ", \"bins\": [";
+  int64_t zeros = 0;
+  bool first = true;
+  auto emit = [&](int64_t value) {
+    if (!first) out += ", ";
+    first = false;
+    out += std::to_string(value);
+  };
+  for (int64_t count : h.bins) {
+    if (count == 0) {
+      ++zeros;
+      continue;
+    }
+    if (zeros > 0) emit(-zeros);
+    zeros = 0;
+    emit(count);
+  }
+  if (zeros > 0) emit(-zeros);
+  return out + "]}";
+}
+
 }  // namespace
 
 uint32_t Crc32(const char* data, size_t size) {
@@ -57,7 +80,9 @@ std::string SerializeStatistics(const std::map<std::string, TensorStatistics>& t
                ", \"max\": " + FormatFloat(s.max) + ", \"ema_min\": " + FormatFloat(s.ema_min) +
                ", \"ema_max\": " + FormatFloat(s.ema_max) +
                ", \"batches\": " + std::to_string(s.batches) +
-               ", \"count\": " + std::to_string(s.count) + "}";
+               ", \"count\": " + std::to_string(s.count);
+    if (!s.histogram.bins.empty()) payload += ", \"hist\": " + HistogramJson(s.histogram);
+    payload += "}";
   }
   payload += "}}\n";
   char header[64];

@@ -105,33 +105,53 @@ StatsStore::Directory* StatsStore::FindOrAdd(const std::string& output_dir) {
   return slot.get();
 }
 
-std::string StatsStore::Record(const std::string& output_dir, const std::string& tensor_name,
-                               float batch_min, float batch_max, int64_t count,
-                               double ema_decay) {
-  Directory* dir;
-  bool write_due;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    dir = FindOrAdd(output_dir);
-    TensorStatistics& s = dir->tensors[tensor_name];
-    if (s.batches == 0) {
-      s.min = s.ema_min = batch_min;
-      s.max = s.ema_max = batch_max;
-    } else {
-      s.min = std::min<double>(s.min, batch_min);
-      s.max = std::max<double>(s.max, batch_max);
-      s.ema_min = ema_decay * s.ema_min + (1.0 - ema_decay) * batch_min;
-      s.ema_max = ema_decay * s.ema_max + (1.0 - ema_decay) * batch_max;
-    }
-    s.batches += 1;
-    s.count += count;
-    dir->version += 1;
-    write_due = std::chrono::steady_clock::now() - dir->last_write >= kFlushInterval;
+StatsStore::Directory* StatsStore::Add(const std::string& output_dir,
+                                       const std::string& tensor_name, float batch_min,
+                                       float batch_max, int64_t count, double ema_decay,
+                                       const AbsHistogram* batch_histogram, bool* write_due) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Directory* dir = FindOrAdd(output_dir);
+  TensorStatistics& s = dir->tensors[tensor_name];
+  if (s.batches == 0) {
+    s.min = s.ema_min = batch_min;
+    s.max = s.ema_max = batch_max;
+  } else {
+    s.min = std::min<double>(s.min, batch_min);
+    s.max = std::max<double>(s.max, batch_max);
+    s.ema_min = ema_decay * s.ema_min + (1.0 - ema_decay) * batch_min;
+    s.ema_max = ema_decay * s.ema_max + (1.0 - ema_decay) * batch_max;
   }
-  if (!write_due) return "";
+  s.batches += 1;
+  s.count += count;
+  if (batch_histogram != nullptr) s.histogram.Merge(*batch_histogram);
+  dir->version += 1;
+  *write_due = std::chrono::steady_clock::now() - dir->last_write >= kFlushInterval;
+  return dir;
+}
+
+std::string StatsStore::WriteIfDue(Directory* dir) {
   std::unique_lock<std::mutex> writer(dir->write_mutex, std::try_to_lock);
   if (!writer.owns_lock()) return "";  // another thread is writing this directory
   return WriteSnapshot(dir, /*only_if_due=*/true);
+}
+
+std::string StatsStore::Record(const std::string& output_dir, const std::string& tensor_name,
+                               float batch_min, float batch_max, int64_t count,
+                               double ema_decay) {
+  bool write_due;
+  Directory* dir = Add(output_dir, tensor_name, batch_min, batch_max, count, ema_decay,
+                       nullptr, &write_due);
+  return write_due ? WriteIfDue(dir) : "";
+}
+
+std::string StatsStore::RecordWithHistogram(const std::string& output_dir,
+                                            const std::string& tensor_name, float batch_min,
+                                            float batch_max, int64_t count, double ema_decay,
+                                            const AbsHistogram& batch_histogram) {
+  bool write_due;
+  Directory* dir = Add(output_dir, tensor_name, batch_min, batch_max, count, ema_decay,
+                       &batch_histogram, &write_due);
+  return write_due ? WriteIfDue(dir) : "";
 }
 
 std::string StatsStore::WriteSnapshot(Directory* dir, bool only_if_due) {

@@ -32,6 +32,13 @@ class StatsStore {
   std::string Record(const std::string& output_dir, const std::string& tensor_name,
                      float batch_min, float batch_max, int64_t count, double ema_decay);
 
+  // Record plus the batch's histogram of |x| (AbsHistogram of exactly `count` values),
+  // merged exactly into the tensor's histogram. Batches recorded with Record alone leave
+  // the histogram short of `count` values, which readers treat as "no histogram".
+  std::string RecordWithHistogram(const std::string& output_dir, const std::string& tensor_name,
+                                  float batch_min, float batch_max, int64_t count,
+                                  double ema_decay, const AbsHistogram& batch_histogram);
+
   // Writes the snapshot of `output_dir` now if it changed since the last write.
   std::string Flush(const std::string& output_dir);
 
@@ -43,6 +50,12 @@ class StatsStore {
 
   StatsStore() = default;
   Directory* FindOrAdd(const std::string& output_dir);  // requires mutex_
+  // Adds one batch under the mutex; returns the directory and whether a write is due.
+  Directory* Add(const std::string& output_dir, const std::string& tensor_name,
+                 float batch_min, float batch_max, int64_t count, double ema_decay,
+                 const AbsHistogram* batch_histogram, bool* write_due);
+  // Writes dir's snapshot if due and no other thread is writing it.
+  std::string WriteIfDue(Directory* dir);
   // Writes dir's snapshot if it changed (and, if only_if_due, if the last write is at
   // least kFlushInterval old). Requires dir->write_mutex.
   std::string WriteSnapshot(Directory* dir, bool only_if_due);

@@ -1,6 +1,8 @@
 // TensorFlow registration of the calibration and quantization ops (DESIGN §5).
 // The arithmetic lives in ops/core (shared with the MXNet glue); this file only declares
 // the ops, validates attributes and shards the work over TF's CPU threadpool.
+#include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -26,6 +28,7 @@ using ::ratelnn::StatsStore;
 
 // Estimated CPU cycles per element, for Shard's cost model.
 constexpr int64_t kScanCyclesPerElement = 1;
+constexpr int64_t kHistogramCyclesPerElement = 4;
 constexpr int64_t kQuantCyclesPerElement = 4;
 constexpr int64_t kDequantCyclesPerElement = 1;
 
@@ -56,8 +59,8 @@ REGISTER_OP("RatelMinMax")
     .SetIsStateful()  // records statistics: never constant-folded, pruned or merged
     .SetShapeFn(shape_inference::UnchangedShape)
     .Doc(R"doc(
-Forwards x unchanged and records its per-batch min/max into the process-wide statistics
-store, persisted under output_dir/ratel_stats/ (docs/statistics.md).
+Forwards x unchanged and records its per-batch min/max and the histogram of |x| into the
+process-wide statistics store, persisted under output_dir/ratel_stats/ (docs/statistics.md).
 )doc");
 
 class RatelMinMaxOp : public OpKernel {
@@ -107,8 +110,19 @@ class RatelMinMaxOp : public OpKernel {
     OP_REQUIRES(ctx, range.all_finite,
                 InvalidArgument("RatelMinMax '", tensor_name_,
                                 "': calibration batch contains NaN or Inf"));
-    const std::string error = StatsStore::Global().Record(output_dir_, tensor_name_, range.min,
-                                                          range.max, n, ema_decay_);
+    // Histogram of |x| over [0, 2^range_exp): one sub-histogram per shard, summed.
+    ratelnn::AbsHistogram histogram;
+    histogram.range_exp = ratelnn::HistogramRangeExp(
+        std::max(std::fabs(range.min), std::fabs(range.max)));
+    histogram.bins.assign(ratelnn::kHistogramBins, 0);
+    ShardUnits(ctx, n, kHistogramCyclesPerElement, [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> part(ratelnn::kHistogramBins, 0);
+      ratelnn::AddToAbsHistogram(data + begin, end - begin, histogram.range_exp, part.data());
+      std::lock_guard<std::mutex> lock(range_mutex);
+      for (int k = 0; k < ratelnn::kHistogramBins; ++k) histogram.bins[k] += part[k];
+    });
+    const std::string error = StatsStore::Global().RecordWithHistogram(
+        output_dir_, tensor_name_, range.min, range.max, n, ema_decay_, histogram);
     OP_REQUIRES(ctx, error.empty(),
                 FailedPrecondition("RatelMinMax '", tensor_name_, "': ", error));
   }
@@ -164,8 +178,8 @@ class ChannelScales {
 
 REGISTER_OP("RatelQuant")
     .Input("x: float")
-    .Output("y: out_type")
-    .Attr("out_type: {int8, uint8, int16, int32}")
+    .Output("y: dtype")
+    .Attr("dtype: {int8, uint8, int16, int32}")
     .Attr("scale: float = 1.0")
     .Attr("scales: list(float) = []")
     .Attr("axis: int = -1")
@@ -173,7 +187,7 @@ REGISTER_OP("RatelQuant")
           "'half_away_from_zero'")
     .SetShapeFn(shape_inference::UnchangedShape)
     .Doc(R"doc(
-y = clamp(round(x / scale), min(out_type), max(out_type)) in float32, NaN -> 0; per channel
+y = clamp(round(x / scale), min(dtype), max(dtype)) in float32, NaN -> 0; per channel
 along `axis` when `scales` is set. Bit-identical to ratelnn/quantization/arith.py.
 )doc");
 
@@ -250,7 +264,7 @@ class RatelDequantOp : public OpKernel {
 
 #define RATELNN_REGISTER_INT_KERNELS(T)                                               \
   REGISTER_KERNEL_BUILDER(                                                            \
-      Name("RatelQuant").Device(DEVICE_CPU).TypeConstraint<T>("out_type"),            \
+      Name("RatelQuant").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),            \
       RatelQuantOp<T>);                                                               \
   REGISTER_KERNEL_BUILDER(Name("RatelDequant").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
                           RatelDequantOp<T>);

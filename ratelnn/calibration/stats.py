@@ -2,20 +2,22 @@
 
 Each process that ran a calibration model left one snapshot file
 ``<output_dir>/ratel_stats/<host>-<pid>-<random>.rstats``; :func:`load_statistics` verifies
-every file and merges them into one :class:`TensorStats` per tensor.
+every file and merges them into one :class:`TensorStats` per tensor, histograms of ``|x|``
+(:mod:`.histogram`) included.
 """
 from __future__ import annotations
 
 import json
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
 
 import numpy as np
 
 from ..errors import CalibrationError
+from .histogram import MAX_RANGE_EXP, MIN_RANGE_EXP, AbsHistogram, decode_bins
 
 STATS_SUBDIR = "ratel_stats"
 STATS_SUFFIX = ".rstats"
@@ -31,7 +33,9 @@ class TensorStats:
 
     ``min``/``max`` over every element of every batch; ``ema_min``/``ema_max`` the
     exponential moving average of the per-batch min/max; ``batches`` non-empty batches
-    seen; ``count`` elements seen.
+    seen; ``count`` elements seen; ``histogram`` of ``|x|`` over all ``count`` elements, or
+    None when some batch was recorded without one (files of older recorders). Equality
+    compares the scalar fields only; compare histograms with ``a.histogram == b.histogram``.
     """
 
     min: float
@@ -40,6 +44,7 @@ class TensorStats:
     ema_max: float
     batches: int
     count: int
+    histogram: Optional[AbsHistogram] = field(default=None, compare=False)
 
 
 def statistics_dir(output_dir: Union[str, Path]) -> Path:
@@ -76,6 +81,27 @@ def _parse_header(path: Path, data: bytes) -> bytes:
     return payload
 
 
+def _histogram(path: Path, name: str, entry: dict, count: int) -> Optional[AbsHistogram]:
+    """The tensor's histogram, or None if absent or covering fewer than ``count`` values."""
+    hist = entry.get("hist")
+    if hist is None:
+        return None
+    range_exp = hist.get("range_exp") if isinstance(hist, dict) else None
+    if isinstance(range_exp, bool) or not isinstance(range_exp, int) \
+            or not MIN_RANGE_EXP <= range_exp <= MAX_RANGE_EXP:
+        raise _corrupt(path, f"tensor {name!r}: histogram range_exp {range_exp!r} is not an "
+                             f"integer in [{MIN_RANGE_EXP}, {MAX_RANGE_EXP}]")
+    try:
+        bins = decode_bins(hist.get("bins") or [])
+    except (TypeError, ValueError) as e:
+        raise _corrupt(path, f"tensor {name!r}: histogram bins: {e}") from None
+    total = int(bins.sum())
+    if total > count:
+        raise _corrupt(path, f"tensor {name!r}: histogram holds {total} values, more than "
+                             f"count = {count}")
+    return AbsHistogram(range_exp, bins) if total == count else None
+
+
 def _tensor_stats(path: Path, name: str, entry: object) -> TensorStats:
     if not isinstance(entry, dict):
         raise _corrupt(path, f"tensor {name!r}: entry is not an object")
@@ -92,7 +118,7 @@ def _tensor_stats(path: Path, name: str, entry: object) -> TensorStats:
                                  "integer")
         # statistics are float32 quantities written with %.9g: round back to float32
         values[field] = float(np.float32(value)) if field in _FLOAT_FIELDS else value
-    stats = TensorStats(**values)
+    stats = TensorStats(**values, histogram=_histogram(path, name, entry, values["count"]))
     if stats.min > stats.max:
         raise _corrupt(path, f"tensor {name!r}: min {stats.min} > max {stats.max}")
     return stats
@@ -115,9 +141,15 @@ def read_statistics_file(path: Union[str, Path]) -> Dict[str, TensorStats]:
 
 def merge_stats(parts: Iterable[TensorStats]) -> TensorStats:
     """One tensor's statistics from several processes: min of mins, max of maxes, batches
-    and counts summed, EMAs averaged weighted by each process's batch count."""
+    and counts summed, EMAs averaged weighted by each process's batch count, histograms
+    merged exactly (None if any part has none)."""
     parts = list(parts)
     batches = sum(p.batches for p in parts)
+    histogram = None
+    if all(p.histogram is not None for p in parts):
+        histogram = parts[0].histogram
+        for p in parts[1:]:
+            histogram = histogram.merged(p.histogram)
     return TensorStats(
         min=min(p.min for p in parts),
         max=max(p.max for p in parts),
@@ -125,6 +157,7 @@ def merge_stats(parts: Iterable[TensorStats]) -> TensorStats:
         ema_max=sum(p.ema_max * p.batches for p in parts) / batches,
         batches=batches,
         count=sum(p.count for p in parts),
+        histogram=histogram,
     )
 
 

@@ -1,6 +1,7 @@
 """The emulated NPU: engine format, executors, device, cost model (DESIGN §6, §7)."""
 from .engine import (Engine, EngineBuilder, EngineError, make_lut, make_softmax_table,
                      quantize_multiplier)
+from .profile import DeviceTime, device_time, device_times, profile, reset_device_time
 
 __all__ = ["Engine", "EngineBuilder", "EngineError", "make_lut", "make_softmax_table",
-           "quantize_multiplier"]
+           "quantize_multiplier", "DeviceTime", "device_time", "device_times", "profile", "reset_device_time"]

@@ -20,6 +20,7 @@ See docs/quantization.md.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ..config import QUANT_CFG_DEFAULTS, ConfigError
@@ -142,36 +143,42 @@ def _subgraph_nodes(graph: Graph, starts: List[str], ends: List[str]) -> Set[str
     return downstream & upstream
 
 
+def _names(value: Any) -> Set[str]:
+    return {value} if isinstance(value, str) else set(value)
+
+
 def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
     """Node name -> ``data_type`` from ``layer_configs``.
 
     An entry matches by ``layer_name`` (node name or one of its output tensors), by
     ``op_type`` (the IR op name, docs/ir.md) or by a subgraph (``start_tensor_names`` /
     ``end_tensor_names``).  Priority: layer name > op type > subgraph; among entries of the
-    same kind the later one wins.
+    same kind the later one wins.  An entry that matches no node is reported with a warning
+    (names can disappear in graph passes, e.g. a BatchNorm folded into its convolution).
     """
     by_kind: List[Dict[str, str]] = [{}, {}, {}]  # subgraph, op type, layer name
     for entry in config.get("layer_configs") or []:
         data_type = entry.get("data_type")
         if "layer_name" in entry:
-            names = entry["layer_name"]
-            names = {names} if isinstance(names, str) else set(names)
-            for n in graph.nodes:
-                if n.name in names or names.intersection(n.outputs):
-                    by_kind[2][n.name] = data_type
+            names = _names(entry["layer_name"])
+            matched = [n.name for n in graph.nodes if n.name in names or names.intersection(n.outputs)]
+            kind = 2
         elif "op_type" in entry:
-            ops = entry["op_type"]
-            ops = {ops} if isinstance(ops, str) else set(ops)
-            for n in graph.nodes:
-                if n.op in ops:
-                    by_kind[1][n.name] = data_type
+            ops = _names(entry["op_type"])
+            matched = [n.name for n in graph.nodes if n.op in ops]
+            kind = 1
         elif "start_tensor_names" in entry or "end_tensor_names" in entry:
-            for name in _subgraph_nodes(graph, list(entry.get("start_tensor_names", [])),
-                                        list(entry.get("end_tensor_names", []))):
-                by_kind[0][name] = data_type
+            matched = sorted(_subgraph_nodes(graph, list(entry.get("start_tensor_names", [])),
+                                             list(entry.get("end_tensor_names", []))))
+            kind = 0
         else:
             raise ConfigError(f"layer_configs entry {entry!r} names no layer_name, op_type "
                               "or start_tensor_names/end_tensor_names")
+        if not matched:
+            warnings.warn(f"layer_configs entry {entry!r} matches no node of graph "
+                          f"{graph.name!r}; it has no effect", UserWarning, stacklevel=3)
+        for name in matched:
+            by_kind[kind][name] = data_type
     result: Dict[str, str] = {}
     for level in by_kind:
         result.update(level)

@@ -4,11 +4,15 @@
 every quantization point (:mod:`.policy`), weight and bias, and whose ``params`` hold the
 integer weights (int8/int16), int32 biases and integer constant operands of quantized ops.
 Scales are float32 values (stored as Python floats, or float32 arrays per channel).
+
+With ``auto_int16`` (default True) the activations whose 8-bit quantization loses most,
+measured by the SQNR expected from their histogram (:func:`auto_int16_tensors`), become int16.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -17,12 +21,17 @@ from ..errors import CalibrationError, ModelError
 from ..ir import Graph, QParams, TensorInfo
 from . import arith
 from .policy import QuantPlan, make_plan, quant_cfg_for
-from .thresholds import threshold_for
+from .thresholds import sqnr_db, threshold_for
 
 # Smallest scale ever used (2**-40, exact in float32): a tensor or weight channel whose
 # range is (nearly) zero still gets a usable, non-zero scale; bias scales s_in*s_w then stay
 # >= 2**-80, a normal float32.
 MIN_SCALE = 2.0 ** -40
+
+# auto_int16 defaults: promote 8-bit activations whose expected SQNR is below this many dB
+# (docs/quantization.md, "auto_int16"), at most this fraction of all activation anchors.
+AUTO_INT16_SQNR_DB = 25.0
+AUTO_INT16_MAX_FRACTION = 0.1
 
 _DTYPE_OF_BITS = {8: "int8", 16: "int16"}
 _round_half_away = arith.ROUNDERS["half_away_from_zero"]
@@ -45,9 +54,45 @@ def activation_dtype(calibrated_min: float, bits: int, forced: Optional[str] = N
 def activation_qparams(tensor: str, stats: Any, config: Mapping[str, Any], bits: int = 8,
                        forced: Optional[str] = None, node_name: Optional[str] = None) -> QParams:
     """Per-tensor QParams of an activation from its statistics."""
-    threshold = threshold_for(tensor, stats, config, node_name)
     dtype = activation_dtype(float(stats.min), bits, forced)
+    threshold = threshold_for(tensor, stats, config, node_name, dtype)
     return QParams(dtype, scale_for(threshold, arith.qmax_of(dtype)))
+
+
+def _config_number(config: Mapping[str, Any], key: str, default: float, lo: float,
+                   hi: float) -> float:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise ConfigError(f"config key {key!r} must be a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def auto_int16_tensors(plan: QuantPlan, stats: Mapping[str, Any], qparams: Mapping[str, QParams],
+                       config: Mapping[str, Any]) -> List[str]:
+    """The 8-bit activation anchors ``auto_int16`` promotes to int16, most sensitive first.
+
+    Candidates: anchors quantized to int8/uint8 whose dtype ``layer_configs`` does not force
+    and whose statistics have a histogram. Each gets the SQNR its 8-bit QParams are expected
+    to reach on the calibration data (:func:`.thresholds.sqnr_db`, rounding and clipping
+    error from the histogram). Those below ``auto_int16_sqnr_db`` (default 25 dB) are
+    promoted, lowest SQNR first (ties: graph order), at most
+    ``floor(auto_int16_max_fraction * len(plan.anchors))`` of them (default 10%).
+    """
+    limit_db = _config_number(config, "auto_int16_sqnr_db", AUTO_INT16_SQNR_DB, -math.inf, math.inf)
+    fraction = _config_number(config, "auto_int16_max_fraction", AUTO_INT16_MAX_FRACTION, 0.0, 1.0)
+    budget = int(math.floor(fraction * len(plan.anchors)))
+    scored = []
+    for order, t in enumerate(plan.anchors):
+        qp = qparams[t]
+        if qp.dtype not in ("int8", "uint8") or t in plan.forced_dtype:
+            continue
+        if getattr(stats[t], "histogram", None) is None:
+            continue
+        threshold = float(qp.scale) * arith.qmax_of(qp.dtype)
+        sqnr = sqnr_db(stats[t], threshold, qp.dtype)
+        if sqnr < limit_db:
+            scored.append((sqnr, order, t))
+    return [t for _, _, t in sorted(scored)[:budget]]
 
 
 def _float_param(name: str, value: np.ndarray) -> np.ndarray:
@@ -176,6 +221,9 @@ def quantize(graph: Graph, stats: Mapping[str, Any], config: Mapping[str, Any]) 
     for t in plan.anchors:
         q.qparams[t] = activation_qparams(t, stats[t], config, plan.activation_bits[t],
                                           plan.forced_dtype.get(t), producer_names.get(t))
+    if config.get("auto_int16", True):
+        for t in auto_int16_tensors(plan, stats, q.qparams, config):
+            q.qparams[t] = activation_qparams(t, stats[t], config, 16, "int16", producer_names.get(t))
     for t, anchor in plan.shared.items():
         q.qparams[t] = QParams(q.qparams[anchor].dtype, q.qparams[anchor].scale)
     _quantize_params(q, plan, config)

@@ -93,7 +93,11 @@ def _attr_value(value):
     elif isinstance(value, (str, bytes)):
         a.s = value.encode() if isinstance(value, str) else value
     elif isinstance(value, (list, tuple)):
-        if value and all(isinstance(v, float) for v in value):
+        if value and all(isinstance(v, _DType) for v in value):
+            a.list.type.extend(v.enum for v in value)
+        elif value and all(isinstance(v, tensor_shape_pb2.TensorShapeProto) for v in value):
+            a.list.shape.extend(value)
+        elif value and all(isinstance(v, float) for v in value):
             a.list.f.extend(value)
         elif value and all(isinstance(v, str) for v in value):
             a.list.s.extend(v.encode() for v in value)
@@ -297,13 +301,24 @@ def _minmax(ex: _Exporter, node: Node, out_name: str) -> None:
 
 
 def _quant(ex: _Exporter, node: Node, out_name: str) -> None:
-    ex.add(out_name, "RatelQuant", [ex.ref(node.inputs[0])], out_type=_dtype(node.attrs["dtype"]),
+    ex.add(out_name, "RatelQuant", [ex.ref(node.inputs[0])], dtype=_dtype(node.attrs["dtype"]),
            round_mode=node.attrs.get("round_mode", "half_away_from_zero"), **_scale_attrs(node))
 
 
 def _dequant(ex: _Exporter, node: Node, out_name: str) -> None:
     ex.add(out_name, "RatelDequant", [ex.ref(node.inputs[0])], T=ex.dtype_of(node.inputs[0]),
            **_scale_attrs(node))
+
+
+def _engine(ex: _Exporter, node: Node, out_name: str) -> None:
+    """``RatelEngineOp`` (DESIGN §5); ``output_shapes`` gives TF shape inference the engine
+    output shapes with a free batch dimension (-1)."""
+    shapes = [_shape_proto([-1, *ex.graph.shape(t)[1:]]) for t in node.outputs]
+    ex.add(out_name, "RatelEngineOp", [ex.ref(t) for t in node.inputs],
+           Tin=[ex.dtype_of(t) for t in node.inputs], Tout=[ex.dtype_of(t) for t in node.outputs],
+           engine=bytes(node.attrs["engine"]), engine_name=str(node.attrs["engine_name"]),
+           device_id=int(node.attrs.get("device_id", 0)),
+           core_ids=[int(c) for c in node.attrs.get("core_ids", [0])], output_shapes=shapes)
 
 
 _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
@@ -319,7 +334,7 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
     "Transpose": _with_const("Transpose", lambda n: list(n.attrs["perm"]), "Tperm"),
     "Squeeze": lambda ex, n, o: ex.add(o, "Squeeze", [ex.ref(n.inputs[0])], T=ex.dtype_of(n.inputs[0]),
                                        squeeze_dims=list(n.attrs["axes"])),
-    "Opaque": _opaque, "MinMax": _minmax, "Quant": _quant, "Dequant": _dequant,
+    "Opaque": _opaque, "MinMax": _minmax, "Quant": _quant, "Dequant": _dequant, "Engine": _engine,
 }
 _EXPORTERS.update({op: _simple(op) for op in (
     "Relu", "Relu6", "Sigmoid", "Tanh", "Softplus", "Exp", "Sqrt", "Rsqrt", "Neg", "Square",
@@ -362,6 +377,8 @@ def _claimed_const(ex: _Exporter, name: str, value) -> str:
 
 
 def _output_node_name(ex: _Exporter, node: Node) -> str:
+    if node.op == "Engine":  # engines are named for viewers: TensorBoard, Netron
+        return ex.claim(str(node.attrs["engine_name"]))
     base = node.outputs[0]
     if ":" not in base and all(t == f"{base}:{k}" for k, t in enumerate(node.outputs) if k):
         return ex.claim(base)

@@ -247,12 +247,29 @@ def _conv(imp: _Importer, nd, inputs):
     weights = inputs[1]
     if nd.op == "DepthwiseConv2dNative":
         attrs["groups"] = cin
-        value = imp.const(inputs[1])
-        if value is None:
+        weights = _depthwise_weights(imp, nd, inputs[1], (kh, kw, cin, mult))
+        if weights is None:
             return None
-        weights = imp.graph.add_param(imp.graph.unique_name(f"{nd.name}/depthwise_weights"),
-                                      value.reshape(kh, kw, 1, cin * mult))
     return Node(nd.name, "Conv2D", [inputs[0], weights], [nd.name], attrs)
+
+
+def _depthwise_weights(imp: _Importer, nd, ref: str, tf_shape) -> Optional[str]:
+    """IR weights ``[kh, kw, 1, Cin*M]`` of a depthwise conv whose TF weights
+    ``[kh, kw, Cin, M]`` are ``ref``: a constant (reshaped into a new param), or a TF Reshape
+    of a tensor already in the IR layout (the exporter's form, e.g. of a Dequant output)."""
+    kh, kw, cin, mult = tf_shape
+    value = imp.const(ref)
+    if value is not None:
+        return imp.graph.add_param(imp.graph.unique_name(f"{nd.name}/depthwise_weights"),
+                                   value.reshape(kh, kw, 1, cin * mult))
+    producer = imp.nodes[_node_of(ref)]
+    while producer.op in _IDENTITY_OPS:
+        producer = imp.nodes[_node_of(producer.input[0])]
+    if producer.op == "Reshape":
+        source = tensor_name(producer.input[0])
+        if imp.info(source).shape == (kh, kw, 1, cin * mult):
+            return source
+    return None
 
 
 def _matmul(imp, nd, inputs):
@@ -352,9 +369,17 @@ def _identity(imp, nd, inputs):
 
 
 def _quant(imp, nd, inputs):
-    attrs = {"dtype": _attr(nd, "out_type"), "round_mode": _attr(nd, "round_mode", "half_away_from_zero")}
+    attrs = {"dtype": _attr(nd, "dtype"), "round_mode": _attr(nd, "round_mode", "half_away_from_zero")}
     attrs.update(_scale_attrs(nd))
     return Node(nd.name, "Quant", inputs, [nd.name], attrs)
+
+
+def _engine(imp, nd, inputs):
+    """``RatelEngineOp`` -> IR ``Engine`` (attrs of docs/ir.md; the bytes are not decoded)."""
+    n_outputs = len(nd.attr["Tout"].list.type)
+    return Node(nd.name, "Engine", inputs, [nd.name] * n_outputs, {
+        "engine": bytes(nd.attr["engine"].s), "engine_name": _attr(nd, "engine_name"),
+        "device_id": int(_attr(nd, "device_id", 0)), "core_ids": [int(c) for c in _attr(nd, "core_ids", [0])]})
 
 
 def _scale_attrs(nd) -> dict:
@@ -374,7 +399,7 @@ _TRANSLATORS: Dict[str, Callable] = {
     "IdentityN": _identity,
     "RatelMinMax": lambda imp, nd, i: Node(nd.name, "MinMax", i, [nd.name], {
         key: _attr(nd, key) for key in ("tensor_name", "output_dir", "record", "ema_decay") if key in nd.attr}),
-    "RatelQuant": _quant,
+    "RatelQuant": _quant, "RatelEngineOp": _engine,
     "RatelDequant": lambda imp, nd, i: Node(nd.name, "Dequant", i, [nd.name], _scale_attrs(nd)),
 }
 _TRANSLATORS.update({op: _identity for op in _IDENTITY_OPS})

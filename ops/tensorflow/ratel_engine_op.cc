@@ -1,0 +1,340 @@
+// TensorFlow registration of RatelEngineOp (DESIGN §5): runs one compiled NPU engine
+// (ratelnn/proto/engine.proto) on the emulated NPU's native executor (ops/core/npu_exec.h),
+// and keeps a process-wide account of the device time the runs would take (DESIGN §7).
+//
+// The engine bytes are decoded and validated once, when the kernel is constructed;
+// corrupted or hostile bytes give an InvalidArgument status naming the engine, never a
+// crash.  Inputs are checked against the engine on every run.  The batch dimension is free:
+// an engine compiled for batch b runs any batch N >= 0 (N = 0 gives empty outputs).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/npu_engine.h"
+#include "core/npu_exec.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace {
+
+// Predicted device time of every engine run in this process, by engine name.
+struct EngineTime {
+  int64_t device_id = 0;
+  int64_t runs = 0;     // Compute calls
+  int64_t samples = 0;  // sum of the run batch sizes
+  double cycles = 0;    // predicted cycles of the busiest core, summed over runs
+};
+
+class EngineTimeRegistry {
+ public:
+  static EngineTimeRegistry& Global() {
+    static EngineTimeRegistry* registry = new EngineTimeRegistry();  // never destroyed
+    return *registry;
+  }
+
+  void Record(const std::string& engine_name, int64_t device_id, int64_t samples, double cycles) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    EngineTime& t = times_[engine_name];
+    t.device_id = device_id;
+    t.runs += 1;
+    t.samples += samples;
+    t.cycles += cycles;
+  }
+
+  // Entry `index` in name order; false if there is none.
+  bool Entry(int64_t index, std::string* name, EngineTime* time) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (index < 0 || index >= int64_t(times_.size())) return false;
+    auto it = times_.begin();
+    std::advance(it, index);
+    *name = it->first;
+    *time = it->second;
+    return true;
+  }
+
+  int64_t Size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return int64_t(times_.size());
+  }
+
+  void Reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    times_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, EngineTime> times_;
+};
+
+}  // namespace
+
+// C entry points, read by ratelnn/npu/profile.py through ctypes.
+extern "C" {
+// Number of engines that ran in this process (since the last reset).
+__attribute__((visibility("default"))) int64_t ratelnn_engine_time_count(void) {
+  return EngineTimeRegistry::Global().Size();
+}
+
+// Entry `index` (name order): writes the NUL-terminated, possibly truncated name into
+// name[0 .. name_len) and the counters.  Returns the full name length, or -1 if `index` is
+// out of range (entries may vanish between calls if another thread resets the registry).
+__attribute__((visibility("default"))) int64_t ratelnn_engine_time_entry(
+    int64_t index, char* name, int64_t name_len, int64_t* device_id, int64_t* runs,
+    int64_t* samples, double* cycles) {
+  std::string entry_name;
+  EngineTime time;
+  if (!EngineTimeRegistry::Global().Entry(index, &entry_name, &time)) return -1;
+  if (name != nullptr && name_len > 0) {
+    const size_t n = std::min(entry_name.size(), size_t(name_len - 1));
+    std::memcpy(name, entry_name.data(), n);
+    name[n] = '\0';
+  }
+  *device_id = time.device_id;
+  *runs = time.runs;
+  *samples = time.samples;
+  *cycles = time.cycles;
+  return int64_t(entry_name.size());
+}
+
+// Forgets every recorded run.
+__attribute__((visibility("default"))) void ratelnn_engine_time_reset(void) {
+  EngineTimeRegistry::Global().Reset();
+}
+}  // extern "C"
+
+namespace tensorflow {
+namespace {
+
+namespace npu = ::ratelnn::npu;
+
+// SplitMode values of ratelnn/proto/engine.proto.
+constexpr int64_t kSplitNone = 0;
+constexpr int64_t kSplitBatch = 1;
+
+template <typename... Args>
+absl::Status InvalidArgument(const Args&... message_parts) {
+  return absl::InvalidArgumentError(absl::StrCat(message_parts...));
+}
+
+DataType TfDtype(npu::DType t) {
+  switch (t) {
+    case npu::DType::kInt8: return DT_INT8;
+    case npu::DType::kUInt8: return DT_UINT8;
+    case npu::DType::kInt16: return DT_INT16;
+    case npu::DType::kInt32: return DT_INT32;
+  }
+  return DT_INVALID;
+}
+
+REGISTER_OP("RatelEngineOp")
+    .Input("x: Tin")
+    .Output("y: Tout")
+    .Attr("Tin: list({int8, uint8, int16}) >= 1")
+    .Attr("Tout: list({int8, uint8, int16}) >= 1")
+    .Attr("engine: string")
+    .Attr("engine_name: string")
+    .Attr("device_id: int = 0")
+    .Attr("core_ids: list(int) = [0]")
+    .Attr("output_shapes: list(shape) = []")
+    .SetIsStateful()  // accounts device time per run: never constant-folded or merged
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      std::vector<PartialTensorShape> shapes;
+      TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
+      if (shapes.empty()) {
+        for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->UnknownShape());
+        return absl::OkStatus();
+      }
+      if (int(shapes.size()) != c->num_outputs()) {
+        return InvalidArgument("RatelEngineOp: ", shapes.size(), " output_shapes for ",
+                               c->num_outputs(), " outputs");
+      }
+      // Outputs share the inputs' batch dimension; the rest comes from the engine.
+      shape_inference::DimensionHandle batch = c->UnknownDim();
+      if (c->RankKnown(c->input(0)) && c->Rank(c->input(0)) >= 1) batch = c->Dim(c->input(0), 0);
+      for (int i = 0; i < c->num_outputs(); ++i) {
+        shape_inference::ShapeHandle shape;
+        TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[i], &shape));
+        if (c->RankKnown(shape) && c->Rank(shape) >= 1) {
+          TF_RETURN_IF_ERROR(c->ReplaceDim(shape, 0, batch, &shape));
+        }
+        c->set_output(i, shape);
+      }
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Runs a compiled NPU engine (serialized ratelnn engine bytes in `engine`) on integer
+inputs with any batch size; outputs are the engine's integer outputs.  `output_shapes`
+(optional, batch dimension -1) lets shape inference see the output shapes.
+)doc");
+
+class RatelEngineOp : public OpKernel {
+ public:
+  explicit RatelEngineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string bytes;
+    std::vector<PartialTensorShape> output_shapes;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("engine_name", &engine_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("engine", &bytes));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("device_id", &device_id_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("core_ids", &core_ids_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("output_shapes", &output_shapes));
+    if (engine_name_.empty()) engine_name_ = name();
+    OP_REQUIRES(ctx, device_id_ >= 0,
+                InvalidArgument("engine '", engine_name_, "': negative device_id ", device_id_));
+    OP_REQUIRES(ctx, !core_ids_.empty(),
+                InvalidArgument("engine '", engine_name_, "': core_ids is empty"));
+    for (int64_t core : core_ids_) {
+      OP_REQUIRES(ctx, core >= 0,
+                  InvalidArgument("engine '", engine_name_, "': negative core id ", core));
+      OP_REQUIRES(ctx, std::count(core_ids_.begin(), core_ids_.end(), core) == 1,
+                  InvalidArgument("engine '", engine_name_, "': core id ", core, " listed twice"));
+    }
+    try {
+      engine_ = npu::decode_engine(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                   engine_name_);
+    } catch (const std::exception& e) {
+      ctx->CtxFailure(InvalidArgument(e.what()));
+      return;
+    }
+    OP_REQUIRES_OK(ctx, CheckTypes(ctx->input_types(), engine_.inputs, "input"));
+    OP_REQUIRES_OK(ctx, CheckTypes(ctx->output_types(), engine_.outputs, "output"));
+    OP_REQUIRES_OK(ctx, CheckOutputShapes(output_shapes));
+    double cycles = 0;  // double: hostile cycle counts must not overflow
+    for (const npu::Instruction& ins : engine_.instructions) cycles += double(ins.cycles);
+    cycles_per_sample_ = cycles / double(engine_.batch_size);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    int64_t batch = -1;
+    std::vector<const void*> in_ptrs;
+    std::vector<int64_t> in_sizes;
+    for (int k = 0; k < ctx->num_inputs(); ++k) {
+      const Tensor& x = ctx->input(k);
+      OP_REQUIRES_OK(ctx, CheckInput(k, x.shape(), &batch));
+      in_ptrs.push_back(x.tensor_data().data());
+      in_sizes.push_back(int64_t(x.tensor_data().size()));
+    }
+    std::vector<void*> out_ptrs;
+    std::vector<int64_t> out_sizes;
+    for (int k = 0; k < ctx->num_outputs(); ++k) {
+      const npu::TensorDesc& t = engine_.tensors[engine_.outputs[k]];
+      OP_REQUIRES(ctx, batch == 0 || t.sample_elements() <= npu::kMaxElements / batch,
+                  InvalidArgument("engine '", engine_name_, "': output '", t.name,
+                                  "' exceeds 2^31-1 elements at batch ", batch));
+      std::vector<int64_t> dims(t.shape.begin(), t.shape.end());
+      dims[0] = batch;
+      TensorShape shape;
+      OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShapeBase(dims, &shape));
+      Tensor* y = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(k, shape, &y));
+      out_ptrs.push_back(const_cast<char*>(y->tensor_data().data()));
+      out_sizes.push_back(int64_t(y->tensor_data().size()));
+    }
+    if (batch == 0) return;
+    const int threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+    try {
+      npu::run_engine(engine_, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, std::max(threads, 1));
+    } catch (const std::exception& e) {
+      ctx->CtxFailure(InvalidArgument(e.what()));
+      return;
+    }
+    RecordDeviceTime(batch);
+  }
+
+ private:
+  // The engine's predicted cycles for `batch` samples, recorded under its name.  Cycles
+  // are per sample at the compiled batch, scaled to the run batch; a SPLIT_BATCH engine's
+  // busiest core runs ceil(batch / cores) samples, other splits divide the work evenly.
+  void RecordDeviceTime(int64_t batch) {
+    const int64_t cores = int64_t(core_ids_.size());
+    double busiest_samples = double(batch);
+    if (engine_.split_mode == kSplitBatch) {
+      busiest_samples = double((batch + cores - 1) / cores);
+    } else if (engine_.split_mode != kSplitNone) {
+      busiest_samples = double(batch) / double(cores);
+    }
+    EngineTimeRegistry::Global().Record(engine_name_, device_id_, batch,
+                                        cycles_per_sample_ * busiest_samples);
+  }
+
+  absl::Status CheckTypes(const DataTypeSlice& types, const std::vector<int>& ids,
+                          const char* what) const {
+    if (types.size() != ids.size()) {
+      return InvalidArgument("engine '", engine_name_, "': the node has ", types.size(), " ",
+                             what, "s but the engine has ", ids.size());
+    }
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const npu::TensorDesc& t = engine_.tensors[ids[k]];
+      if (types[k] != TfDtype(t.dtype)) {
+        return InvalidArgument("engine '", engine_name_, "': ", what, " ", k, " ('", t.name,
+                               "') is ", npu::dtype_name(t.dtype), " in the engine but ",
+                               DataTypeString(types[k]), " in the node");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckOutputShapes(const std::vector<PartialTensorShape>& shapes) const {
+    if (shapes.empty()) return absl::OkStatus();
+    if (shapes.size() != engine_.outputs.size()) {
+      return InvalidArgument("engine '", engine_name_, "': ", shapes.size(),
+                             " output_shapes for ", engine_.outputs.size(), " engine outputs");
+    }
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const npu::TensorDesc& t = engine_.tensors[engine_.outputs[k]];
+      bool same = shapes[k].dims() == int(t.shape.size());
+      for (size_t d = 1; same && d < t.shape.size(); ++d) same = shapes[k].dim_size(d) == t.shape[d];
+      if (!same) {
+        return InvalidArgument("engine '", engine_name_, "': output_shapes[", k, "] ",
+                               shapes[k].DebugString(), " does not match engine output '", t.name,
+                               "' of shape ", ShapeString(t.shape));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Input k has the engine input's rank, dtype and dims 1..; its batch equals *batch
+  // (set by the first input).
+  absl::Status CheckInput(int k, const TensorShape& shape, int64_t* batch) const {
+    const npu::TensorDesc& t = engine_.tensors[engine_.inputs[k]];
+    bool same = shape.dims() == int(t.shape.size());
+    for (size_t d = 1; same && d < t.shape.size(); ++d) same = shape.dim_size(d) == t.shape[d];
+    if (!same) {
+      return InvalidArgument("engine '", engine_name_, "': input ", k, " ('", t.name,
+                             "') has shape ", shape.DebugString(), ", expected ",
+                             ShapeString(t.shape));
+    }
+    if (*batch >= 0 && shape.dim_size(0) != *batch) {
+      return InvalidArgument("engine '", engine_name_, "': inputs disagree on the batch size (",
+                             *batch, " vs ", shape.dim_size(0), " for input '", t.name, "')");
+    }
+    *batch = shape.dim_size(0);
+    return absl::OkStatus();
+  }
+
+  // "[N,d1,d2,...]": an engine shape with its free batch dimension.
+  static std::string ShapeString(const std::vector<int64_t>& shape) {
+    std::string s = "[N";
+    for (size_t d = 1; d < shape.size(); ++d) absl::StrAppend(&s, ",", shape[d]);
+    return s + "]";
+  }
+
+  std::string engine_name_;
+  int64_t device_id_ = 0;
+  std::vector<int64_t> core_ids_;
+  npu::Engine engine_;
+  double cycles_per_sample_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("RatelEngineOp").Device(DEVICE_CPU), RatelEngineOp);
+
+}  // namespace
+}  // namespace tensorflow
