@@ -12,6 +12,13 @@ from . import config as config_mod
 from .ir import Graph
 
 
+def model_name(config: Mapping[str, Any]) -> str:
+    """Config ``model_name``, else the first output node's name (made identifier-safe)."""
+    import re
+    name = config.get("model_name") or config["output_nodes"][0]
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))
+
+
 class ModelHandler(abc.ABC):
     """Translation between one framework and the IR."""
 
@@ -46,6 +53,8 @@ class ConvertImpl:
         self.config = config_mod.normalize(config, model_handler.framework)
         self.device_info = dict(device_info or {})
         self.graph: Graph = model_handler.import_graph(graph_def, self.config)
+        # names the engines (<model>_engine_<k>) and their device-time counters
+        self.graph.name = model_name(self.config)
 
     def to_cal(self) -> Any:
         """The calibration model: the float model plus MinMax ops on every tensor the
@@ -59,7 +68,9 @@ class ConvertImpl:
         recovered from ``graph_quant``, a quantized model made by ``to_quant``."""
         if graph_quant is not None:
             from .quantization.recover import strip_qdq
-            return strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+            qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+            qgraph.name = self.graph.name
+            return qgraph
         from .calibration.stats import load_statistics
         from .quantization.quantizer import quantize
         stats = load_statistics(self.config["output_dir"])

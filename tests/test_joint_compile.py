@@ -16,6 +16,8 @@ def three_models(tmp_path_factory):
                for i, inv in enumerate((1, 8, 1))]
     qgraphs = [_quantized(build_cnn(layout, seed=i), c)
                for i, (layout, c) in enumerate(zip(("NHWC", "NCHW", "NHWC"), configs))]
+    for i, q in enumerate(qgraphs):
+        q.name = f"cnn{i}"   # what ConvertImpl names a graph from config model_name
     return qgraphs, configs
 
 
@@ -59,6 +61,6 @@ def test_pinned_cores_are_respected(three_models):
 
 def test_duplicate_model_names_rejected(three_models):
     qgraphs, configs = three_models
-    same = [dict(configs[0]), dict(configs[0])]
+    twins = [qgraphs[0], qgraphs[0].copy()]
     with pytest.raises(ValueError, match="distinct"):
-        compile_jointly(qgraphs[:2], same, {0: 4})
+        compile_jointly(twins, configs[:2], {0: 4})

@@ -21,11 +21,6 @@ ENGINE_SPLIT_MODE = {"none": "SPLIT_NONE", "batch": "SPLIT_BATCH",
                      "tensor": "SPLIT_OUTPUT_CHANNELS", "pipeline": "SPLIT_PIPELINE"}
 
 
-def model_name(index: int, config: Mapping[str, Any]) -> str:
-    """Name of the ``index``-th model: config ``model_name`` or ``model<index>``."""
-    return str(config.get("model_name") or f"model{index}")
-
-
 def engine_nodes(graph: Graph) -> List[Node]:
     return [n for n in graph.nodes if n.op == "Engine"]
 
@@ -68,14 +63,12 @@ def compile_jointly(qgraphs: Sequence[Graph], configs: Sequence[Mapping[str, Any
     """Compile each quantized graph, plan the scheme, stamp the placement.
 
     Returns the compiled IR graphs (in input order), the model specs and the scheme."""
-    names = [model_name(i, c) for i, c in enumerate(configs)]
+    names = [g.name for g in qgraphs]
     if len(set(names)) != len(names):
-        raise ValueError(f"model names must be distinct, got {names}")
+        raise ValueError(f"model names must be distinct (set config 'model_name'), got {names}")
     compiled, specs = [], []
     for name, qgraph, config in zip(names, qgraphs, configs):
-        q = qgraph.copy()
-        q.name = name   # engines are named <model>_engine_<k>: unique across models
-        graph = compile_graph(q, config, device_info)
+        graph = compile_graph(qgraph, config, device_info)  # engines: <model>_engine_<k>
         compiled.append(graph)
         specs.append(model_spec(name, graph, config))
     scheme = plan(specs, device_info)
