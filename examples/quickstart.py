@@ -1,8 +1,10 @@
-"""ratelnn quickstart: FP32 Keras model -> calibration model -> INT8 quantized model.
+"""ratelnn quickstart: FP32 Keras model -> calibration, INT8 quantized and compiled models.
 
 Runs on scikit-learn's bundled 8x8 digits (no download): trains a small Keras CNN for a
 few seconds, freezes it to a GraphDef, calibrates on 10 batches of training images, quantizes
-it, and prints the top-1 accuracy of every form on the test split.
+and compiles it, prints the top-1 accuracy of every form on the test split, then the NPU
+figures: the engines, the cost model's predicted latency and throughput on the emulated
+Hanguang-800-like device, and the device time the engine runs recorded.
 
     python examples/quickstart.py
 """
@@ -56,7 +58,7 @@ def main() -> None:
     input_tensor, output_tensor = input_nodes[0] + ":0", output_nodes[0] + ":0"
     output_dir = tempfile.mkdtemp(prefix="ratelnn-quickstart-")
     config = {"input_nodes": input_nodes, "output_nodes": output_nodes,
-              "input_shapes": [[BATCH, 8, 8, 1]], "output_dir": output_dir}
+              "input_shapes": [[BATCH, 8, 8, 1]], "output_dir": output_dir, "model_name": "digits_cnn"}
     conv = converter(graph_def, config)
 
     # 1. Calibration model: run it on calibration data; statistics land in output_dir.
@@ -66,15 +68,33 @@ def main() -> None:
     # 2. Quantized model: Quant/Dequant ops and int8 constants, runnable in TensorFlow.
     graph_quant = conv.to_quant()
 
-    forms = {"FP32": graph_def, "INT8": graph_quant}
-    # 3. Compiled model (issue 3): NPU regions become engines run on the emulated NPU.
-    #    forms["NPU"] = conv.to_npu(graph_quant)
+    # 3. Compiled model: NPU regions become RatelEngineOp nodes run on the emulated NPU.
+    graph_npu = conv.to_npu(graph_quant)
+    forms = {"FP32": graph_def, "INT8": graph_quant, "NPU": graph_npu}
 
     print(f"calibration statistics: {output_dir}")
     print(f"top-1 accuracy on {len(x_test)} test images:")
     for name, graph in forms.items():
         accuracy = graph_accuracy(graph, input_tensor, output_tensor, x_test, y_test, BATCH)
         print(f"  {name:5s} {100 * accuracy:6.2f}%")
+    print_npu_figures(graph_npu, len(x_test))
+
+
+def print_npu_figures(graph_npu, images: int) -> None:
+    """Engines of the compiled model, the cost model's prediction and the recorded time."""
+    from ratelnn.npu import device_times, profile
+
+    engines = [n for n in graph_npu.node if n.op == "RatelEngineOp"]
+    floats = [n for n in graph_npu.node if n.op not in ("RatelEngineOp", "RatelQuant",
+                                                        "RatelDequant", "Placeholder", "Const")]
+    print(f"NPU: {len(engines)} engine(s), {len(floats)} op(s) left in float")
+    for batch in (1, BATCH):
+        p = profile(graph_npu, batch_size=batch)
+        print(f"  predicted, batch {batch:2d}: latency {p.latency_s * 1e6:8.2f} us, "
+              f"throughput {p.throughput:12,.0f} inferences/s (4 cores)")
+    for name, t in device_times().items():
+        print(f"  recorded device time of {name}: {t.seconds * 1e3:.3f} ms for {t.samples} "
+              f"inferences ({t.runs} runs) while evaluating {images} test images")
 
 
 if __name__ == "__main__":
