@@ -5,8 +5,6 @@ reload in a fresh process.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import os
 import subprocess
 import sys
@@ -19,6 +17,7 @@ import pytest
 import ratelnn
 from ratelnn.frontend.mxnet import converter
 from ratelnn.oplib import flush_statistics
+from ratelnn.testing.mx_fashion import cached_mx_fashion_cnn, predict, to_nchw
 
 from helpers_stats import subprocess_env
 
@@ -28,64 +27,6 @@ from helpers_stats import subprocess_env
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 CAL_BATCHES, CAL_BATCH = 10, 32
-EVAL_BATCH = 500
-EPOCHS = 1
-
-
-def build_net(mx, width: int = 8):
-    """conv+BN+relu -> maxpool -> residual block (2 convs + BN, identity add) -> conv stride
-    2 + BN + relu -> avg pool -> dense (on the flattened map). Input [N,1,28,28] in [0,1]; output [N,10] logits."""
-    from mxnet.gluon import nn
-
-    class ResidualCNN(mx.gluon.HybridBlock):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            with self.name_scope():
-                self.stem = nn.HybridSequential()
-                self.stem.add(nn.Conv2D(width, 3, padding=1, use_bias=False), nn.BatchNorm(),
-                              nn.Activation("relu"), nn.MaxPool2D(2))
-                self.res = nn.HybridSequential()
-                self.res.add(nn.Conv2D(width, 3, padding=1, use_bias=False), nn.BatchNorm(),
-                             nn.Activation("relu"), nn.Conv2D(width, 3, padding=1, use_bias=False),
-                             nn.BatchNorm())
-                self.head = nn.HybridSequential()
-                self.head.add(nn.Conv2D(2 * width, 3, strides=2, padding=1, use_bias=False),
-                              nn.BatchNorm(), nn.Activation("relu"), nn.AvgPool2D(2, ceil_mode=True),
-                              nn.Dense(10))
-
-        def hybrid_forward(self, F, x):
-            x = self.stem(x)
-            x = F.relu(x + self.res(x))
-            return self.head(x)
-
-    return ResidualCNN(prefix="fcnn_")
-
-
-def train(mx, x_train: np.ndarray, y_train: np.ndarray):
-    """Train the Gluon net (Adam, EPOCHS epochs); returns the exported (sym, arg, aux)."""
-    from mxnet import autograd, gluon
-
-    mx.random.seed(0)
-    np.random.seed(0)
-    net = build_net(mx)
-    net.initialize(mx.init.Xavier())
-    net.hybridize(static_alloc=True)
-    trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 3e-3})
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    order = np.random.default_rng(0).permutation(len(x_train))
-    for _ in range(EPOCHS):
-        for start in range(0, len(order), 128):
-            idx = order[start:start + 128]
-            data, label = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
-            with autograd.record():
-                loss = loss_fn(net(data), label)
-            loss.backward()
-            trainer.step(len(idx))
-    sym = net(mx.sym.var("data"))
-    params = net.collect_params()
-    arg = {k: v.data() for k, v in params.items() if k in sym.list_arguments()}
-    aux = {k: v.data() for k, v in params.items() if k in sym.list_auxiliary_states()}
-    return sym, arg, aux
 
 
 @pytest.fixture(scope="module")
@@ -98,35 +39,17 @@ def mx():
 @pytest.fixture(scope="module")
 def data(fashion_mnist):
     (x_train, y_train), (x_test, y_test) = fashion_mnist
-    return (np.ascontiguousarray(x_train.transpose(0, 3, 1, 2)), y_train,
-            np.ascontiguousarray(x_test.transpose(0, 3, 1, 2)), y_test)
+    return to_nchw(x_train), y_train, to_nchw(x_test), y_test
 
 
 @pytest.fixture(scope="module")
 def fp32_model(mx, data, request):
-    """The trained model, cached under the pytest cache keyed by this builder's source."""
+    """The trained model, cached under the pytest cache keyed by its builder's source."""
     x_train, y_train, _, _ = data
-    key = hashlib.sha256((inspect.getsource(build_net) + inspect.getsource(train)).encode()).hexdigest()[:16]
-    prefix = request.config.cache.mkdir("ratelnn-models") / f"mx_residual_cnn-{key}"
-    if not (prefix.parent / f"{prefix.name}-symbol.json").is_file():
-        start = time.time()
-        sym, arg, aux = train(mx, x_train, y_train)
-        mx.model.save_checkpoint(str(prefix), 0, sym, arg, aux)
-        print(f"trained the Gluon CNN in {time.time() - start:.1f} s")
-    return mx.model.load_checkpoint(str(prefix), 0)
-
-
-def predict(mx, model, x: np.ndarray, batch: int = EVAL_BATCH) -> np.ndarray:
-    """Logits of ``model`` = (sym, arg, aux) on NCHW images ``x`` (len divisible by batch)."""
-    sym, arg, aux = model
-    mod = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
-    mod.bind([("data", (batch,) + x.shape[1:])], for_training=False)
-    mod.set_params(arg, aux, allow_missing=False, allow_extra=False)
-    out = []
-    for start in range(0, len(x), batch):
-        mod.forward(mx.io.DataBatch([mx.nd.array(x[start:start + batch])]), is_train=False)
-        out.append(mod.get_outputs()[0].asnumpy())
-    return np.concatenate(out)
+    start = time.time()
+    model = cached_mx_fashion_cnn(mx, request.config.cache.mkdir("ratelnn-models"), x_train, y_train)
+    print(f"trained or loaded the Gluon CNN in {time.time() - start:.1f} s")
+    return model
 
 
 RELOAD_SCRIPT = textwrap.dedent("""
