@@ -10,7 +10,7 @@ import tarfile
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 from ratelnn.calibration.data import DataError  # noqa: E402
 from ratelnn.frontend.tensorflow import converter  # noqa: E402

@@ -17,7 +17,7 @@ import pytest
 from ratelnn.npu.engine import EngineBuilder, make_lut, make_softmax_table, quantize_multiplier
 from ratelnn.proto import engine_pb2 as pb
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 COMPILED_BATCH = 2

@@ -12,12 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("mtcnn")
-pytest.importorskip("fer")
-pytest.importorskip("skimage")
-
-from ratelnn.testing import face  # noqa: E402
+from ratelnn.testing import face
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "face_pipeline.py"
 

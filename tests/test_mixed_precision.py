@@ -16,7 +16,7 @@ from ratelnn.quantization.quantizer import auto_int16_tensors, quantize
 
 from test_calibration_methods import small_graph_def
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 
 def stats_of(values) -> TensorStats:

@@ -6,6 +6,7 @@ fixture. Quant/Dequant must equal ratelnn/quantization/arith.py bit for bit.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,13 +19,14 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ratelnn
+from ratelnn import _build
 from ratelnn.calibration.stats import load_statistics
 from ratelnn.quantization import arith
 
 from helpers_stats import calibration_graph, expected_ranges, graph_tensors, random_batches, \
     subprocess_env
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 DTYPES = ("int8", "uint8", "int16", "int32")
 ROUND_MODES = tuple(arith.ROUNDERS)
@@ -249,7 +251,12 @@ def test_library_path_is_cached_in_process_and_across_processes(ops):
     assert os.stat(path).st_mtime_ns == mtime
 
 
-def test_concurrent_first_builds_share_one_library(tmp_path):
+def test_concurrent_first_builds_share_one_library(ops, tmp_path):
+    # Seed the fresh cache with this session's compiled objects (compiling the whole library
+    # twice concurrently takes minutes on 2 cores): the two processes then race to link and
+    # publish the library.  The race on compiling one object is tested below.
+    shutil.copytree(_build.cache_dir() / "obj", tmp_path / "obj",
+                    ignore=shutil.ignore_patterns(".*"))
     code = ("import sys, tensorflow as tf, ratelnn; p = ratelnn.ops_library_path('tensorflow');"
             " tf.load_op_library(p); print(p)")
     env = subprocess_env(RATELNN_CACHE_DIR=str(tmp_path))
@@ -262,6 +269,25 @@ def test_concurrent_first_builds_share_one_library(tmp_path):
     assert len(paths) == 1 and Path(paths.pop()).parent == tmp_path
     assert len(list(tmp_path.glob("*.so"))) == 1
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_concurrent_compiles_of_one_source_publish_one_object(tmp_path):
+    src = tmp_path / "tiny.cc"
+    src.write_text('extern "C" int ratelnn_tiny(int x) { return 2 * x + 1; }\n')
+    code = ("import sys; from ratelnn._build import build_library; "
+            f"print(build_library('tiny', [{str(src)!r}]))")
+    env = subprocess_env(RATELNN_CACHE_DIR=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
+    paths = {out.strip() for out, _ in results}
+    assert len(paths) == 1
+    import ctypes
+    assert ctypes.CDLL(paths.pop()).ratelnn_tiny(20) == 41
+    cache = tmp_path / "cache"
+    assert len(list((cache / "obj").glob("*.o"))) == 1
+    assert not list(cache.rglob("*.tmp"))
 
 
 def test_unknown_framework():
