@@ -97,6 +97,8 @@ def _load_checkpoint(prefix: str) -> MXModel:
         saved = mx.nd.load(params_path)
     except mx.base.MXNetError as e:
         raise ModelError(f"{params_path}: not an MXNet params file: {str(e).splitlines()[0]}") from e
+    if isinstance(saved, list) and not saved:
+        saved = {}   # mx.nd.save of an empty dict (e.g. every weight inside engines) reads back as []
     if not isinstance(saved, dict):
         raise ModelError(f"{params_path}: holds a list of arrays, not named arg:/aux: params")
     arg_params, aux_params = {}, {}
