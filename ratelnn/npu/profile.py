@@ -38,10 +38,24 @@ def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
     elif _is_tf_graph_def(graph_npu):
         found = [(nd.attr["engine_name"].s.decode(errors="replace") or nd.name, nd.attr["engine"].s)
                  for nd in graph_npu.node if nd.op == "RatelEngineOp"]
+    elif isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
+        found = _mxnet_engines(graph_npu[0])
     else:
-        raise TypeError(f"expected a compiled TensorFlow GraphDef or a ratelnn IR Graph, "
-                        f"got {type(graph_npu).__name__}")
+        raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
+                        f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
     return [(name, Engine.from_bytes(data, label=name)) for name, data in found]
+
+
+def _mxnet_engines(symbol: Any) -> List[Tuple[str, bytes]]:
+    """(engine_name, bytes) of the ``ratel_engine_op`` nodes of an MXNet symbol."""
+    import json
+    from ..frontend.mxnet.attrs import decode_custom_attrs
+    found = []
+    for node in json.loads(symbol.tojson())["nodes"]:
+        if node["op"] == "ratel_engine_op":
+            attrs = decode_custom_attrs("Engine", node.get("attrs", {}))
+            found.append((attrs["engine_name"] or node["name"], attrs["engine"]))
+    return found
 
 
 def _is_tf_graph_def(obj: Any) -> bool:
