@@ -6,7 +6,7 @@ images, then quantizes with ``quantize_algorithm="kld"`` from the statistics on 
 reports the process's peak RSS, the RSS growth during calibration, and the size of the
 ``.rstats`` files. Target: peak RSS(500) <= 1.2 x peak RSS(50), and files equally bounded.
 
-Writes docs/benchmarks-calibration-memory.md.
+Writes its section of docs/benchmarks.md.
 
     python bench/calibration_memory.py [--batches 50 500]
 """
@@ -19,8 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _report import demote_headings, write_section
+
 REPO = Path(__file__).resolve().parent.parent
-DOC = REPO / "docs" / "benchmarks-calibration-memory.md"
 BATCH = 32
 TARGET_RATIO = 1.2
 
@@ -110,11 +111,10 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[50, 500])
-    parser.add_argument("--doc", type=Path, default=DOC)
     args = parser.parse_args()
     results = [measure(b) for b in sorted(args.batches)]
     text = report(results, "python bench/calibration_memory.py " + " ".join(sys.argv[1:]))
-    args.doc.write_text(text)
+    write_section("calibration-memory", demote_headings(text))
     print(text)
     ratio = results[-1]["peak_rss_kib"] / results[0]["peak_rss_kib"]
     return 0 if ratio <= TARGET_RATIO else 1

@@ -7,9 +7,9 @@ and predicts on the default device (one HG800-like device, 4 cores):
 * SingleStream: the best batch-1 latency over split modes on the 4 cores,
 
 next to the public figures; also re-derives the one fitted parameter (layer overhead) by
-bisection on the batch-1 latency.  Prints the table and writes ``docs/benchmarks-costmodel.md``.
+bisection on the batch-1 latency.  Prints the table and writes its section of ``docs/benchmarks.md``.
 
-    python bench/costmodel_hg800.py [--out docs/benchmarks-costmodel.md]
+    python bench/costmodel_hg800.py
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from _report import demote_headings, write_section  # noqa: E402
 from ratelnn.npu import costmodel as cm  # noqa: E402
 from ratelnn.npu.device import (HG800_RESNET50_OFFLINE_IPS, HG800_RESNET50_SINGLESTREAM_S,  # noqa: E402
                                 DeviceSpec)
@@ -110,14 +111,10 @@ def report(table: cm.LayerTable, device: DeviceSpec) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "benchmarks-costmodel.md"))
-    args = parser.parse_args()
+    parser.parse_args()
     text = report(resnet50_table(), DeviceSpec())
     print(text)
-    out = Path(args.out)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    write_section("costmodel", demote_headings(text))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ once and cached) is exported and run in five forms, all in MXNet 1.9.1 on the CP
 For each: top-1 on the 10,000 test images, and the median latency of one forward pass at
 batch 1 and 32 (``OMP_NUM_THREADS`` threads, interleaved rounds with rotating order), with
 ratios to FP32 MXNet; plus the cost model's predicted device time of the compiled model
-(``ratelnn.npu.profile``). Writes docs/benchmarks-mxnet.md.
+(``ratelnn.npu.profile``). Writes its section of docs/benchmarks.md.
 
     python bench/mxnet_peer.py [--rounds 25] [--threads 2]
 """
@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Dict, List, Sequence
 
 import numpy as np
 
+from _report import demote_headings, write_section
+
 if TYPE_CHECKING:
     from ratelnn.npu.costmodel import Profile
 
 REPO = Path(__file__).resolve().parent.parent
-DOC = REPO / "docs" / "benchmarks-mxnet.md"
 CALIBRATION_BATCHES, CALIBRATION_BATCH = 10, 32   # as in tests/test_mx_e2e.py
 LATENCY_BATCHES = (1, 32)
 FORWARDS_PER_ROUND = {1: 20, 32: 4}   # forward passes timed together in one round
@@ -192,7 +193,7 @@ def _ms(seconds: float) -> str:
 
 def report(results: Dict[str, Measured], profiles: Dict[int, "Profile"], pool_column: Dict[str, List[float]],
            command: str, threads: int, rounds: int, elapsed_s: float) -> str:
-    """The whole markdown page docs/benchmarks-mxnet.md."""
+    """The markdown page of the results (its section of docs/benchmarks.md)."""
     import mxnet
     from ratelnn.npu.costmodel import DEFAULT_PARAMS
 
@@ -322,20 +323,12 @@ def report(results: Dict[str, Measured], profiles: Dict[int, "Profile"], pool_co
     return "\n".join(lines)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40, help="interleaved timing rounds")
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS for MXNet")
     parser.add_argument("--model-cache", type=Path, default=None,
                         help="where the trained model is kept (default: <ratelnn cache>/models)")
-    parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to write")
     args = parser.parse_args()
     if args.rounds < 1 or args.threads < 1:
         parser.error("--rounds and --threads must be positive")
@@ -368,7 +361,7 @@ def main() -> int:
     profiles = device_profiles(npu, config)
     command = " ".join(["python bench/mxnet_peer.py"] + sys.argv[1:])
     page = report(results, profiles, ceil_mode_pool_last_column(mx), command, args.threads, args.rounds, time.time() - started)
-    write_atomically(args.doc, page)
+    write_section("mxnet-peer", demote_headings(page))
     print(page)
     return 0
 

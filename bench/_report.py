@@ -1,0 +1,34 @@
+"""Write one benchmark's results into its own section of docs/benchmarks.md.
+
+Each bench script owns the section between ``<!-- <key>: start -->`` and
+``<!-- <key>: end -->``; rerunning it replaces just that section (appended when absent).
+The file is rewritten through a temporary file renamed into place.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+HEADER = ("# Benchmarks\n\nMeasured numbers. Each section is written by the script and command "
+          "named in it; rerun that command to refresh the section in place.\n")
+
+
+def write_section(key: str, markdown: str, doc: Path = DOC) -> None:
+    """Replace section ``key`` of ``doc`` with ``markdown`` (a whole section, heading included)."""
+    start, end = f"<!-- {key}: start -->", f"<!-- {key}: end -->"
+    text = doc.read_text() if doc.exists() else HEADER
+    block = f"{start}\n{markdown.strip()}\n{end}"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    tmp = doc.with_name(doc.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, doc)
+
+
+def demote_headings(markdown: str) -> str:
+    """A page's headings one level down, so its title becomes a section heading."""
+    return "\n".join("#" + line if line.startswith("#") else line for line in markdown.splitlines())
