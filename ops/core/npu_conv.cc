@@ -18,6 +18,7 @@ constexpr int kNR = 16;  // output channels per weight block
 constexpr int kMR = 6;   // pixels per GEMM micro-tile
 constexpr int kMT = 48;  // pixels per packed im2col tile
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;  // smaller convs run on the calling thread
+constexpr int64_t kDepthwiseScratchBytes = int64_t(8) << 20;  // padded samples per depthwise pass
 constexpr int64_t kKC = 256;  // k pairs per weight sub-block (16 KiB: stays in L1 across a tile)
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -59,6 +60,9 @@ struct ChannelParams {
   // round_shift(p, s) = ((p + add) >> s) - sub with add = 2^62 + (p >= 0 ? h : 2^s - 1 - h),
   // h = 2^s / 2 (rounded down), sub = 2^(62 - s); p + add is in [0, 2^64).
   std::vector<int64_t> lane_m[2], lane_s[2], lane_add[2], lane_sub[2];
+  // Every shift >= 32: |round_shift(t * m, s)| <= 2^30 + 1 fits int32, so the clamp can run
+  // on 8 int32 lanes after the even and odd halves are merged.
+  bool clamp32 = true;
 #endif
   ChannelParams(const Engine& e, const Instruction& ins, int64_t cout) : lo(ins.lo), hi(ins.hi) {
     leaky = ins.consts.size() == 6;
@@ -81,8 +85,10 @@ struct ChannelParams {
           int64_t sh = ss[c], h = (int64_t(1) << sh) >> 1;
           lane_m[neg][4 * o + i] = ms[c];
           lane_s[neg][4 * o + i] = sh;
-          lane_add[neg][4 * o + i] = (int64_t(1) << 62) + (neg ? (int64_t(1) << sh) - 1 - h : h);
+          // p = t * M < 0 only on the negative side with M >= 0 (M_neg < 0 makes p >= 0)
+          lane_add[neg][4 * o + i] = (int64_t(1) << 62) + (neg && ms[c] >= 0 ? (int64_t(1) << sh) - 1 - h : h);
           lane_sub[neg][4 * o + i] = int64_t(1) << (62 - sh);
+          if (c < cout && sh < 32) clamp32 = false;
         }
     }
 #endif
@@ -91,8 +97,9 @@ struct ChannelParams {
   static __m256i at(const std::vector<int64_t>& v, int64_t o) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&v[4 * o]));
   }
-  // 4 lanes: t in the low 32 bits of each int64 lane, channels o, o+2, o+4, o+6.
-  __m256i requant4(__m256i t, int64_t o, __m256i vlo, __m256i vhi) const {
+  // 4 lanes: t in the low 32 bits of each int64 lane, channels o, o+2, o+4, o+6; the
+  // rounded shift without the clamp.
+  __m256i scale4(__m256i t, int64_t o) const {
     __m256i p, neg;
     if (leaky) {
       neg = _mm256_shuffle_epi32(_mm256_cmpgt_epi32(_mm256_setzero_si256(), t), 0xA0);
@@ -104,7 +111,10 @@ struct ChannelParams {
     __m256i add = _mm256_blendv_epi8(at(lane_add[0], o), at(lane_add[1], o), neg);
     __m256i sh = leaky ? _mm256_blendv_epi8(at(lane_s[0], o), at(lane_s[1], o), neg) : at(lane_s[0], o);
     __m256i sub = leaky ? _mm256_blendv_epi8(at(lane_sub[0], o), at(lane_sub[1], o), neg) : at(lane_sub[0], o);
-    __m256i r = _mm256_sub_epi64(_mm256_srlv_epi64(_mm256_add_epi64(p, add), sh), sub);
+    return _mm256_sub_epi64(_mm256_srlv_epi64(_mm256_add_epi64(p, add), sh), sub);
+  }
+  __m256i requant4(__m256i t, int64_t o, __m256i vlo, __m256i vhi) const {
+    __m256i r = scale4(t, o);
     r = _mm256_blendv_epi8(r, vlo, _mm256_cmpgt_epi64(vlo, r));
     return _mm256_blendv_epi8(r, vhi, _mm256_cmpgt_epi64(r, vhi));
   }
@@ -113,6 +123,17 @@ struct ChannelParams {
   // (the accumulator bound, bias included, is below 2^31 when not wide).
   void requant_block(const int32_t* acc, int64_t o, int32_t* out) const {
 #if defined(__AVX2__)
+    if (clamp32) {
+      const __m256i lo32 = _mm256_set1_epi32(int32_t(lo)), hi32 = _mm256_set1_epi32(int32_t(hi));
+      for (int h = 0; h < kNR; h += 8) {
+        __m256i t = _mm256_add_epi32(load8(acc + h), load8(&bias[o + h]));
+        __m256i even = scale4(t, o + h), odd = scale4(_mm256_srli_epi64(t, 32), o + h + 1);
+        __m256i r = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+        r = _mm256_min_epi32(_mm256_max_epi32(r, lo32), hi32);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + h), r);
+      }
+      return;
+    }
     __m256i vlo = _mm256_set1_epi64x(lo), vhi = _mm256_set1_epi64x(hi);
     for (int h = 0; h < kNR; h += 8) {
       __m256i t = _mm256_add_epi32(load8(acc + h), load8(&bias[o + h]));
@@ -196,9 +217,16 @@ void im2col_row(const TX* x, const ConvGeom& g, int64_t pix, int64_t c0, int16_t
   int64_t n = pix / (g.OH * g.OW), r = pix % (g.OH * g.OW);
   int64_t iy0 = (r / g.OW) * g.sh - g.pt, ix0 = (r % g.OW) * g.sw - g.pl;
   int16_t* d = row;
+  // A kernel row inside the image with dense taps over all channels is one contiguous run.
+  const bool dense_row = g.dw == 1 && g.cg == g.Cin && ix0 >= 0 && ix0 + g.kw <= g.W;
   for (int64_t ky = 0; ky < g.kh; ++ky) {
     int64_t iy = iy0 + ky * g.dh;
     bool row_in = iy >= 0 && iy < g.H;
+    if (row_in && dense_row) {
+      widen_run(x + ((n * g.H + iy) * g.W + ix0) * g.Cin, g.kw * g.cg, d);
+      d += g.kw * g.cg;
+      continue;
+    }
     for (int64_t kx = 0; kx < g.kw; ++kx, d += g.cg) {
       int64_t ix = ix0 + kx * g.dw;
       if (row_in && ix >= 0 && ix < g.W) {
@@ -225,17 +253,34 @@ void conv_gemm(const Instruction& ins, const ConvGeom& g, const TX* x, uint8_t* 
   splits = ceil_div(nblocks, per_split);
   const int16_t* w = reinterpret_cast<const int16_t*>(ins.packed_weights.data());
   const bool wide = chunk_pairs > 0;
+  const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.groups == 1 &&
+                         g.pt == 0 && g.pb == 0 && g.pl == 0 && g.pr == 0;
   const int64_t kc = wide ? std::min(kKC, chunk_pairs) : kKC;  // wide: every k block sums exactly in int32
   parallel_for(tiles * splits, threads, [&](int64_t begin, int64_t end) {
-    std::vector<int16_t> a(std::min<int64_t>(kMT, M) * kp);
-    std::vector<int32_t> acc(kMT * kNR);
-    std::vector<int64_t> acc64(wide ? kMT * kNR : 0);
+    // Per-thread scratch kept across calls: parallel_for hands out several chunks per thread.
+    thread_local std::vector<int16_t> a;
+    thread_local std::vector<int32_t> acc;
+    thread_local std::vector<int64_t> acc64;
+    a.resize(std::min<int64_t>(kMT, M) * kp);
+    acc.resize(kMT * kNR);
+    acc64.resize(wide ? kMT * kNR : 0);
     int32_t out[kNR];
     for (int64_t item = begin; item < end; ++item) {
       int64_t tile = item / splits, nb0 = (item % splits) * per_split, nb1 = std::min(nblocks, nb0 + per_split);
       int64_t m0 = tile * kMT, mt = std::min<int64_t>(kMT, M - m0);
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        for (int64_t r = 0; r < mt; ++r) im2col_row(x, g, m0 + r, grp * g.cg, &a[r * kp], kp);
+        if (pointwise) {  // pixel m's im2col row is x[m, 0..Cin): widen the tile's pixels as one run
+          if (kp == K) {
+            widen_run(x + m0 * g.Cin, mt * K, a.data());
+          } else {
+            for (int64_t r = 0; r < mt; ++r) {
+              widen_run(x + (m0 + r) * g.Cin, K, &a[r * kp]);
+              a[r * kp + K] = 0;
+            }
+          }
+        } else {
+          for (int64_t r = 0; r < mt; ++r) im2col_row(x, g, m0 + r, grp * g.cg, &a[r * kp], kp);
+        }
         for (int64_t nb = nb0; nb < nb1; ++nb) {
           const int16_t* wb = w + (grp * nblocks + nb) * pairs * 32;
           int64_t o0 = grp * cout_g + nb * kNR, valid = std::min<int64_t>(kNR, cout_g - nb * kNR);
@@ -276,13 +321,22 @@ void conv_depthwise(const Instruction& ins, const ConvGeom& g, const TX* x, uint
     tap_off[t] = ((tt / g.kw) * g.dh * wp + (tt % g.kw) * g.dw) * cpad;
   }
   const int16_t* w = reinterpret_cast<const int16_t*>(ins.packed_weights.data());
-  if (g.OH * g.OW * cpad * taps < kMinParallelMacs) threads = 1;  // waking a worker costs more
-  // One sample at a time: its input, zero padded, channel c*mult+m holding input channel c.
-  std::vector<int16_t> xp(hp * wp * cpad);
-  for (int64_t n = 0; n < g.n; ++n) {
-    parallel_for(hp, threads, [&](int64_t begin, int64_t end) {
-      for (int64_t py = begin; py < end; ++py) {
-        int16_t* drow = &xp[py * wp * cpad];
+  // A pass of `ns` samples at a time (the padded copies within kDepthwiseScratchBytes): their
+  // inputs, zero padded, channel c*mult+m holding input channel c.  Kept per calling thread
+  // across calls (no fresh pages per conv); the lambdas below run on pool threads too, so
+  // they reach it through the pointer `xp`, not the thread_local name.
+  const int64_t sample = hp * wp * cpad;
+  const int64_t ns = std::max<int64_t>(1, std::min<int64_t>(g.n, kDepthwiseScratchBytes / (2 * sample)));
+  if (ns * g.OH * g.OW * cpad * taps < kMinParallelMacs) threads = 1;  // waking a worker costs more
+  thread_local std::vector<int16_t> padded;
+  padded.resize(ns * sample);
+  int16_t* const xp = padded.data();
+  for (int64_t n0 = 0; n0 < g.n; n0 += ns) {
+    const int64_t pass = std::min(ns, g.n - n0);
+    parallel_for(pass * hp, threads, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = n0 + row / hp, py = row % hp;
+        int16_t* drow = &xp[row * wp * cpad];
         int64_t iy = py - g.pt;
         if (iy < 0 || iy >= g.H) { std::memset(drow, 0, wp * cpad * sizeof(int16_t)); continue; }
         for (int64_t px = 0; px < wp; ++px) {
@@ -299,11 +353,13 @@ void conv_depthwise(const Instruction& ins, const ConvGeom& g, const TX* x, uint
         }
       }
     });
-    parallel_for(g.OH, threads, [&](int64_t begin, int64_t end) {
+    parallel_for(pass * g.OH, threads, [&](int64_t begin, int64_t end) {
       int32_t acc[kNR], out[kNR];
-      for (int64_t oh = begin; oh < end; ++oh)
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = n0 + row / g.OH, oh = row % g.OH;
+        const int16_t* sample_base = &xp[(row / g.OH) * sample];
         for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int16_t* base = &xp[(oh * g.sh * wp + ow * g.sw) * cpad];
+          const int16_t* base = sample_base + (oh * g.sh * wp + ow * g.sw) * cpad;
           for (int64_t cb = 0; cb < blocks; ++cb) {
             const int16_t* wb = w + cb * tap_pairs * 32;
             const int16_t* xb = base + cb * kNR;
@@ -335,6 +391,7 @@ void conv_depthwise(const Instruction& ins, const ConvGeom& g, const TX* x, uint
             store_codes(yt, out, std::min<int64_t>(kNR, g.Cout - o0), y, ((n * g.OH + oh) * g.OW + ow) * g.Cout + o0);
           }
         }
+      }
     });
   }
 }

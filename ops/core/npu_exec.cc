@@ -3,7 +3,12 @@
 #include "core/npu_exec.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 
 #include "core/npu_kernels.h"
@@ -90,6 +95,76 @@ struct View {
   Shape shape;
 };
 
+// RATELNN_NPU_PROFILE set to anything but "" or "0": every run prints one line per
+// instruction to stderr, "npu-profile\t<engine>\t<batch>\t<index>\t<opcode>\t<name>\t<us>",
+// us = wall microseconds of the instruction (its output allocation included).
+bool profiling_enabled() {
+  const char* v = std::getenv("RATELNN_NPU_PROFILE");
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// A block of activation memory and its size in bytes.
+struct Block {
+  std::unique_ptr<uint8_t[]> mem;
+  size_t capacity = 0;
+};
+
+// Blocks released by runs, reused by later instructions and later runs: fresh memory costs a
+// page fault per 4 KiB on first touch, which for batch-8 activations is a large share of the
+// run.  Process-wide, thread-safe; keeps at most kMaxCachedBytes.
+class BlockCache {
+ public:
+  static BlockCache& get() {
+    static BlockCache* cache = new BlockCache();  // never destroyed, like the thread pool
+    return *cache;
+  }
+  // The smallest cached block of at least `bytes`, or a new one.
+  Block take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t best = blocks_.size();
+      for (size_t i = 0; i < blocks_.size(); ++i)
+        if (blocks_[i].capacity >= bytes && (best == blocks_.size() || blocks_[i].capacity < blocks_[best].capacity))
+          best = i;
+      if (best < blocks_.size()) {
+        Block b = std::move(blocks_[best]);
+        blocks_.erase(blocks_.begin() + best);
+        cached_ -= b.capacity;
+        return b;
+      }
+    }
+    return {std::unique_ptr<uint8_t[]>(new uint8_t[std::max<size_t>(bytes, 1)]), bytes};
+  }
+  // Keep `b` for reuse; beyond the cap, the smallest blocks are freed first.
+  void give(Block b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cached_ += b.capacity;
+    blocks_.push_back(std::move(b));
+    while (cached_ > kMaxCachedBytes) {
+      auto smallest = std::min_element(blocks_.begin(), blocks_.end(),
+                                       [](const Block& x, const Block& y) { return x.capacity < y.capacity; });
+      cached_ -= smallest->capacity;
+      blocks_.erase(smallest);
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxCachedBytes = size_t(512) << 20;
+  std::mutex mu_;
+  std::vector<Block> blocks_;
+  size_t cached_ = 0;
+};
+
+// Memory of one activation tensor during a run: owned (a BlockCache block) or
+// borrowed (the caller's input and output buffers, which kernels read and write in place).
+struct Buffer {
+  std::unique_ptr<uint8_t[]> owned;
+  size_t capacity = 0;  // bytes of `owned`
+  uint8_t* ptr = nullptr;
+  size_t size = 0;
+  uint8_t* data() const { return ptr; }
+};
+
 class Runner {
  public:
   Runner(const Engine& e, int64_t batch, int threads) : e_(e), n_(batch), threads_(threads), buf_(e.tensors.size()) {}
@@ -98,31 +173,77 @@ class Runner {
     std::vector<size_t> last_use(e_.tensors.size(), 0);
     for (size_t k = 0; k < e_.instructions.size(); ++k)
       for (int id : e_.instructions[k].inputs) last_use[id] = k;
-    std::vector<bool> keep(e_.tensors.size(), false);
+    // Engine outputs are written straight into the caller's buffers, unless a buffer overlaps
+    // an input (then the output is computed aside and copied at the end).
+    std::vector<void*> destination(e_.tensors.size(), nullptr);
+    std::vector<bool> keep(e_.tensors.size(), false);  // engine outputs live to the end
     for (int id : e_.outputs) keep[id] = true;
-    for (size_t k = 0; k < e_.inputs.size(); ++k) {
-      int id = e_.inputs[k];
-      buf_[id].resize(tensor_bytes(e_, id, n_));
-      if (!buf_[id].empty()) std::memcpy(buf_[id].data(), inputs[k], buf_[id].size());
+    for (size_t k = 0; k < e_.outputs.size(); ++k) {
+      const uint8_t* o = static_cast<const uint8_t*>(outputs[k]);
+      const int64_t o_size = tensor_bytes(e_, e_.outputs[k], n_);
+      bool overlaps = false;
+      for (size_t j = 0; j < e_.inputs.size(); ++j) {
+        const uint8_t* i = static_cast<const uint8_t*>(inputs[j]);
+        overlaps |= o < i + tensor_bytes(e_, e_.inputs[j], n_) && i < o + o_size;
+      }
+      if (!overlaps) destination[e_.outputs[k]] = outputs[k];
     }
+    for (size_t k = 0; k < e_.inputs.size(); ++k) {  // inputs are never written (validated)
+      Buffer& b = buf_[e_.inputs[k]];
+      b.ptr = static_cast<uint8_t*>(const_cast<void*>(inputs[k]));
+      b.size = size_t(tensor_bytes(e_, e_.inputs[k], n_));
+    }
+    const bool profile = profiling_enabled();
     for (size_t k = 0; k < e_.instructions.size(); ++k) {
       const Instruction& ins = e_.instructions[k];
-      for (int id : ins.outputs) buf_[id].assign(tensor_bytes(e_, id, n_), 0);
+      auto start = std::chrono::steady_clock::now();
+      for (int id : ins.outputs) acquire(id, destination[id]);
       execute(ins);
       for (int id : ins.inputs)
-        if (last_use[id] == k && !keep[id]) std::vector<uint8_t>().swap(buf_[id]);
+        if (last_use[id] == k && !keep[id]) release(id);
+      if (profile) print_profile_line(k, ins, std::chrono::steady_clock::now() - start);
     }
-    for (size_t k = 0; k < e_.outputs.size(); ++k) {
-      const auto& b = buf_[e_.outputs[k]];
-      if (!b.empty()) std::memcpy(outputs[k], b.data(), b.size());
+    for (size_t k = 0; k < e_.outputs.size(); ++k) {  // outputs not computed in place
+      const Buffer& b = buf_[e_.outputs[k]];
+      if (b.size > 0 && b.data() != outputs[k]) std::memmove(outputs[k], b.data(), b.size);
     }
+  }
+
+  ~Runner() {
+    for (size_t id = 0; id < buf_.size(); ++id) release(int(id));
   }
 
  private:
   const Engine& e_;
   int64_t n_;
   int threads_;
-  std::vector<std::vector<uint8_t>> buf_;
+  std::vector<Buffer> buf_;
+
+  // Memory for output tensor `id`: `dest` when given, else a recycled block that fits
+  // (BlockCache), else a new block.  Contents are undefined: every kernel writes its whole output.
+  void acquire(int id, void* dest) {
+    Buffer& b = buf_[id];
+    b.size = size_t(tensor_bytes(e_, id, n_));
+    if (dest != nullptr) {
+      b.ptr = static_cast<uint8_t*>(dest);
+      return;
+    }
+    Block block = BlockCache::get().take(b.size);
+    b.owned = std::move(block.mem);
+    b.capacity = block.capacity;
+    b.ptr = b.owned.get();
+  }
+  void release(int id) {
+    Buffer& b = buf_[id];
+    if (b.owned) BlockCache::get().give({std::move(b.owned), b.capacity});
+    b = Buffer();
+  }
+
+  void print_profile_line(size_t k, const Instruction& ins, std::chrono::steady_clock::duration d) const {
+    double us = std::chrono::duration<double, std::micro>(d).count();
+    std::fprintf(stderr, "npu-profile\t%s\t%lld\t%zu\t%s\t%s\t%.1f\n", e_.name.c_str(), static_cast<long long>(n_), k,
+                 opcode_name(ins.opcode), ins.name.c_str(), us);
+  }
 
   Shape shape(int id) const {
     Shape s = e_.tensors[id].shape;
@@ -144,7 +265,7 @@ class Runner {
       case Opcode::kConcat: return concat(ins);
       case Opcode::kRequant: return requant(ins);
       case Opcode::kPad: return pad(ins);
-      case Opcode::kReshape: std::memcpy(out(ins.outputs[0]), buf_[ins.inputs[0]].data(), buf_[ins.inputs[0]].size()); return;
+      case Opcode::kReshape: std::memcpy(out(ins.outputs[0]), buf_[ins.inputs[0]].data(), buf_[ins.inputs[0]].size); return;
       case Opcode::kTranspose: return transpose(ins);
       case Opcode::kLut: return lut(ins);
       case Opcode::kSoftmax: return softmax(ins);
@@ -386,19 +507,30 @@ class Runner {
     });
   }
 
+  // PAD: fill y with pad_value, then copy x in contiguous runs: the trailing dims without
+  // padding are one run of `run` elements, the leading dims are visited index by index.
   void pad(const Instruction& ins) {
     View x = in(ins.inputs[0]);
     Shape ys = shape(ins.outputs[0]);
     uint8_t* y = out(ins.outputs[0]);
-    int64_t total = product(ys);
-    for (int64_t k = 0; k < total; ++k) store(y, x.dtype, k, ins.attrs.pad_value);
-    Shape yst = strides_of(ys);
+    const int isz = itemsize(x.dtype);
+    const int64_t total = product(ys);
+    if (isz == 1) {
+      std::memset(y, int(ins.attrs.pad_value & 0xFF), size_t(total));
+    } else {
+      for (int64_t k = 0; k < total; ++k) store(y, x.dtype, k, ins.attrs.pad_value);
+    }
+    size_t lead = ys.size();  // dims [lead, rank) have no padding: x and y agree there
+    while (lead > 0 && ins.attrs.pads[2 * (lead - 1)] == 0 && ins.attrs.pads[2 * lead - 1] == 0) --lead;
+    if (lead == 0) lead = 1;  // nothing padded at all: one run per leading index
+    const int64_t run = product(x.shape, lead);
+    const Shape yst = strides_of(ys);
     int64_t base = 0;
     for (size_t d = 0; d < ys.size(); ++d) base += ins.attrs.pads[2 * d] * yst[d];
-    Shape st[1] = {yst};
-    int isz = itemsize(x.dtype);
-    for_each_index<1>(x.shape, st, [&](int64_t k, const int64_t* off) {
-      std::memcpy(y + (base + off[0]) * isz, x.data + k * isz, isz);
+    Shape outer(x.shape.begin(), x.shape.begin() + lead), st[1] = {Shape(yst.begin(), yst.begin() + lead)};
+    if (run == 0) return;
+    for_each_index<1>(outer, st, [&](int64_t k, const int64_t* off) {
+      std::memcpy(y + (base + off[0]) * isz, x.data + k * run * isz, size_t(run * isz));
     });
   }
 

@@ -16,12 +16,18 @@ namespace npu {
 namespace {
 
 constexpr int kMaxWorkers = 64;
+// Chunks per thread: finer than one per thread, so that a thread the OS delays (a loaded
+// machine) leaves its unstarted chunks to the others instead of stalling the whole call.
+constexpr int kChunksPerThread = 4;
 thread_local bool t_inside_pool_task = false;
 
-// One parallel_for call: its chunks, a countdown of unfinished chunks, the first error.
+// One parallel_for call: its chunks, the next chunk to hand out, a countdown of unfinished
+// chunks, the first error.
 struct Job {
   const std::function<void(int64_t, int64_t)>* f;
   int64_t total, chunk;
+  int chunks = 0;
+  std::atomic<int> next{0};
   std::atomic<int> remaining{0};
   std::mutex mu;
   std::condition_variable done;
@@ -40,6 +46,11 @@ struct Job {
       done.notify_all();
     }
   }
+
+  // Run chunks not yet handed out until there are none.
+  void drain() {
+    for (int k = next.fetch_add(1); k < chunks; k = next.fetch_add(1)) run_chunk(k);
+  }
 };
 
 class Pool {
@@ -49,48 +60,41 @@ class Pool {
     return *pool;
   }
 
-  // Queue chunks 1..n-1 of `job` (the caller runs chunk 0), starting workers as needed.
-  void submit(const std::shared_ptr<Job>& job, int n) {
+  // Queue `helpers` requests to help drain `job`, starting workers as needed.
+  void submit(const std::shared_ptr<Job>& job, int helpers) {
     std::lock_guard<std::mutex> lock(mu_);
-    while (int(workers_.size()) < std::min(n - 1, kMaxWorkers)) {
+    while (int(workers_.size()) < std::min(helpers, kMaxWorkers)) {
       workers_.emplace_back([this] { work(); });
       workers_.back().detach();
     }
-    for (int k = 1; k < n; ++k) queue_.push_back({job, k});
+    for (int k = 0; k < helpers; ++k) queue_.push_back(job);
     wake_.notify_all();
   }
 
-  // Run queued chunks of `job` on the calling thread (while waiting for the others).
-  bool help(const Job* job) {
-    std::pair<std::shared_ptr<Job>, int> task;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& t) { return t.first.get() == job; });
-      if (it == queue_.end()) return false;
-      task = *it;
-      queue_.erase(it);
-    }
-    task.first->run_chunk(task.second);
-    return true;
+  // Take back the requests for `job` no worker has picked up (its chunks are all handed out).
+  void withdraw(const Job* job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& j) { return j.get() == job; }),
+                 queue_.end());
   }
 
  private:
   std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::pair<std::shared_ptr<Job>, int>> queue_;
+  std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::thread> workers_;
 
   void work() {
     t_inside_pool_task = true;
     for (;;) {
-      std::pair<std::shared_ptr<Job>, int> task;
+      std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait(lock, [&] { return !queue_.empty(); });
-        task = queue_.front();
+        job = queue_.front();
         queue_.pop_front();
       }
-      task.first->run_chunk(task.second);
+      job->drain();
     }
   }
 };
@@ -104,19 +108,20 @@ void parallel_for(int64_t total, int threads, const std::function<void(int64_t, 
     f(0, total);
     return;
   }
+  const int helpers = n - 1;
+  int chunks = int(std::min<int64_t>(total, int64_t(n) * kChunksPerThread));
   auto job = std::make_shared<Job>();
   job->f = &f;
   job->total = total;
-  job->chunk = (total + n - 1) / n;
-  n = int((total + job->chunk - 1) / job->chunk);
-  job->remaining = n;
+  job->chunk = (total + chunks - 1) / chunks;
+  job->chunks = int((total + job->chunk - 1) / job->chunk);
+  job->remaining = job->chunks;
   Pool& pool = Pool::get();
-  pool.submit(job, n);
+  pool.submit(job, helpers);
   bool was_inside = t_inside_pool_task;
   t_inside_pool_task = true;  // nested parallel_for inside f runs inline
-  job->run_chunk(0);
-  while (job->remaining.load() > 0 && pool.help(job.get())) {
-  }
+  job->drain();
+  pool.withdraw(job.get());
   t_inside_pool_task = was_inside;
   {
     std::unique_lock<std::mutex> lock(job->mu);

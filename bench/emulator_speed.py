@@ -1,0 +1,303 @@
+"""Wall time of the compiled model on the native NPU executor vs TF FP32 and TFLite int8.
+
+For Keras ResNet50 and MobileNetV2 (weights=None, 224x224x3: random weights are fine for
+speed), at batch 1 and 8 with 2 threads, three contenders run side by side in interleaved
+rounds (the order rotates every round) on the same random batch:
+
+- ``TF FP32``: the frozen Keras GraphDef in a ``tf.compat.v1.Session``
+  (``intra_op_parallelism_threads=2, inter_op_parallelism_threads=1``);
+- ``TFLite int8``: ``TFLiteConverter.from_keras_model`` with a representative dataset and
+  ``TFLITE_BUILTINS_INT8`` ops (float input/output), ``tf.lite.Interpreter(num_threads=2)``
+  (XNNPACK delegate, the default);
+- ``compiled``: ``converter(...).to_npu()`` (calibrated on a few random batches) run in a
+  Session with the same thread settings, its ``RatelEngineOp`` nodes on the native executor.
+  When ``to_npu()`` cannot be exported to TensorFlow (no ``RatelEngineOp`` yet), the compiled
+  IR graph runs instead: its Quant, engines (``Engine.run(backend="native",
+  num_threads=2)``, decoded once) and Dequant in Python; the table says which.
+
+Reported: median ms per batch of each contender and the ratios compiled / TF FP32
+(target <= 1.0) and compiled / TFLite int8 (direction: <= 1.5).  ``--profile`` also runs
+the compiled engines with ``RATELNN_NPU_PROFILE=1`` (per-instruction microseconds from the
+native executor) and prints the time per opcode and the slowest instructions.
+
+The result replaces the section between the markers of docs/benchmarks.md (the
+hand-written analysis around it is kept).
+
+    python bench/emulator_speed.py [--models ResNet50,MobileNetV2] [--batches 1,8]
+                                   [--repeats 10] [--threads 2] [--profile]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DOC = REPO / "docs" / "benchmarks.md"
+IMAGE_SHAPE = (224, 224, 3)
+CALIBRATION_BATCHES = 2
+TARGET_TF = 1.0      # compiled / TF FP32 time
+TARGET_TFLITE = 1.5  # compiled / TFLite int8 time (direction)
+PROFILE_PREFIX = "npu-profile\t"
+SECTION_START = "<!-- emulator-speed: start (written by bench/emulator_speed.py) -->"
+SECTION_END = "<!-- emulator-speed: end -->"
+
+
+def random_images(count: int, seed: int) -> np.ndarray:
+    """``count`` float32 images 224x224x3, uniform in [-1, 1]."""
+    return np.random.default_rng(seed).uniform(-1, 1, (count, *IMAGE_SHAPE)).astype(np.float32)
+
+
+def keras_model(arch: str):
+    import keras
+    keras.utils.set_random_seed(0)
+    return getattr(keras.applications, arch)(weights=None, input_shape=IMAGE_SHAPE)
+
+
+# ------------------------------------------------------------------ contenders
+def session_runner(graph_def, input_tensor: str, output_tensor: str, threads: int) -> Callable:
+    """f(batch) -> output of ``graph_def`` in a Session with ``threads`` intra-op threads."""
+    import tensorflow as tf
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(graph_def, name="")
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
+    sess = tf.compat.v1.Session(graph=graph, config=config)
+    x, y = graph.get_tensor_by_name(input_tensor), graph.get_tensor_by_name(output_tensor)
+    return lambda batch: sess.run(y, {x: batch})
+
+
+def tflite_runner(model, batch_size: int, threads: int) -> Callable:
+    """f(batch) -> output of the full-integer TFLite model of ``model`` (XNNPACK)."""
+    import tensorflow as tf
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    calibration = random_images(4, seed=1)
+    conv.representative_dataset = lambda: ([calibration[i:i + 1]] for i in range(len(calibration)))
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    interp = tf.lite.Interpreter(model_content=conv.convert(), num_threads=threads)
+    inp = interp.get_input_details()[0]["index"]
+    interp.resize_tensor_input(inp, [batch_size, *IMAGE_SHAPE])
+    interp.allocate_tensors()
+    out = interp.get_output_details()[0]["index"]
+
+    def run(batch):
+        interp.set_tensor(inp, batch)
+        interp.invoke()
+        return interp.get_tensor(out)
+    return run
+
+
+def compiled_converter(graph_def, inputs, outputs, batch_size: int, output_dir: str):
+    """The converter of ``graph_def`` at ``batch_size``, calibrated on random batches."""
+    from ratelnn.frontend.tensorflow import converter
+    config = {"input_nodes": inputs, "output_nodes": outputs,
+              "input_shapes": [[batch_size, *IMAGE_SHAPE]], "output_dir": output_dir}
+    conv = converter(graph_def, config)
+    conv.calibrate(random_images(CALIBRATION_BATCHES * batch_size, seed=1), batch_size=batch_size,
+                   progress=False)
+    return conv
+
+
+def ir_runner(compiled_graph, threads: int) -> Callable:
+    """f(batch) -> the output of the compiled IR graph: engines (decoded once) on the native
+    executor, the other nodes (Quant/Dequant at the borders) with the numpy IR evaluator."""
+    from ratelnn.ir.evaluate import evaluate_node
+    from ratelnn.npu.engine import Engine
+    steps = []
+    for node in compiled_graph.nodes:
+        if node.op == "Engine":
+            engine = Engine.from_bytes(node.attrs["engine"], label=node.attrs.get("engine_name", node.name))
+            steps.append((node, lambda args, e=engine: e.run(args, backend="native", num_threads=threads)))
+        else:
+            steps.append((node, lambda args, n=node: evaluate_node(n, args)))
+    params = {k: np.asarray(v) for k, v in compiled_graph.params.items()}
+    (graph_input,), (graph_output,) = compiled_graph.inputs, compiled_graph.outputs
+
+    def run(batch):
+        values = dict(params)
+        values[graph_input] = batch
+        for node, fn in steps:
+            values.update(zip(node.outputs, fn([values[t] for t in node.inputs])))
+        return values[graph_output]
+    return run
+
+
+def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -> Tuple[Callable, str, object]:
+    """``(f, how, compiled IR)``: the compiled model in a Session (``how = "TF Session"``) when
+    ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by :func:`ir_runner`."""
+    from ratelnn.compiler import compile_graph
+    from ratelnn.errors import ModelError
+    compiled_ir = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
+    try:
+        graph_npu = conv.to_npu()
+    except ModelError as e:
+        print(f"  to_npu() not exportable ({e}); timing the engines through Engine.run", file=sys.stderr)
+        return ir_runner(compiled_ir, threads), "engines via Engine.run (Python)", compiled_ir
+    if not any(n.op == "RatelEngineOp" for n in graph_npu.node):
+        raise RuntimeError("to_npu() returned a GraphDef without RatelEngineOp nodes")
+    return session_runner(graph_npu, input_tensor, output_tensor, threads), "TF Session", compiled_ir
+
+
+# ------------------------------------------------------------------ timing
+def time_interleaved(runners: Dict[str, Callable], batch: np.ndarray, repeats: int, warmup: int = 2) -> Dict[str, float]:
+    """Median seconds per call of each runner over ``repeats`` rounds, order rotating."""
+    for run in runners.values():
+        for _ in range(warmup):
+            run(batch)
+    names = list(runners)
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            runners[name](batch)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def engine_profile(compiled_ir, batch_size: int, threads: int, repeats: int = 5) -> List[Tuple[str, str, float]]:
+    """``[(opcode, instruction name, median us)]`` of every engine instruction of
+    ``compiled_ir`` at ``batch_size``, from a child process run with RATELNN_NPU_PROFILE=1."""
+    import pickle
+    with tempfile.TemporaryDirectory(prefix="ratelnn-profile-") as tmp:
+        engines = [n.attrs["engine"] for n in compiled_ir.nodes if n.op == "Engine"]
+        path = Path(tmp) / "engines.pkl"
+        path.write_bytes(pickle.dumps(engines))
+        code = ("import pickle, sys, numpy as np\n"
+                "from ratelnn.npu.engine import Engine\n"
+                f"for b in pickle.load(open({str(path)!r}, 'rb')):\n"
+                "    e = Engine.from_bytes(b)\n"
+                f"    xs = [np.zeros(({batch_size},) + s.shape[1:], s.dtype) for s in e.inputs]\n"
+                f"    for _ in range({repeats}): e.run(xs, backend='native', num_threads={threads})\n")
+        env = dict(os.environ, RATELNN_NPU_PROFILE="1", PYTHONPATH=str(REPO))
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    samples: Dict[Tuple[str, int], List[float]] = collections.defaultdict(list)
+    labels = {}
+    for line in proc.stderr.splitlines():
+        if line.startswith(PROFILE_PREFIX):
+            _, engine, _, index, opcode, name, us = line.split("\t")
+            samples[(engine, int(index))].append(float(us))
+            labels[(engine, int(index))] = (opcode, name)
+    return [(*labels[k], statistics.median(v)) for k, v in samples.items()]
+
+
+def profile_summary(rows: List[Tuple[str, str, float]], top: int = 6) -> List[str]:
+    """Markdown lines: time per opcode (share of the engine time) and the slowest instructions."""
+    total = sum(us for _, _, us in rows) or 1.0
+    by_op = collections.Counter()
+    count = collections.Counter()
+    for op, _, us in rows:
+        by_op[op] += us
+        count[op] += 1
+    parts = [f"{op} {us / 1e3:.1f} ms ({100 * us / total:.0f} %, {count[op]}x)" for op, us in by_op.most_common()]
+    slow = sorted(rows, key=lambda r: -r[2])[:top]
+    lines = [f"engine time {total / 1e3:.1f} ms: " + ", ".join(parts) + ".",
+             "slowest: " + ", ".join(f"`{name.split('/')[-2] if '/' in name else name}` {op} {us / 1e3:.2f} ms"
+                                     for op, name, us in slow) + "."]
+    return lines
+
+
+# ------------------------------------------------------------------ report
+def cpu_name() -> str:
+    try:
+        match = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
+    except OSError:
+        match = None
+    return match.group(1).strip() if match else platform.processor() or "unknown CPU"
+
+
+def report(results, profiles, args, command: str) -> str:
+    import tensorflow as tf
+    lines = [SECTION_START, "### Compiled model vs TF FP32 and TFLite int8", "",
+             f"Command: `{command}`", "",
+             f"Keras applications (weights=None, 224x224x3), {args.threads} threads for every contender, "
+             f"median of {args.repeats} interleaved rounds (order rotating). TensorFlow {tf.__version__}, "
+             f"{cpu_name()}, {os.cpu_count()} logical CPUs, load average {os.getloadavg()[0]:.2f} at the end. "
+             "`compiled` runs: " + ", ".join(sorted({r['how'] for r in results})) + ".", "",
+             "| model | batch | TF FP32 ms | TFLite int8 ms | compiled ms | compiled / TF FP32 | "
+             "compiled / TFLite int8 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        m = r["medians"]
+        rt, rl = m["compiled"] / m["TF FP32"], m["compiled"] / m["TFLite int8"]
+        met = "met" if rt <= TARGET_TF else "NOT met"
+        lines.append(f"| {r['arch']} | {r['batch']} | {1e3 * m['TF FP32']:.1f} | {1e3 * m['TFLite int8']:.1f} | "
+                     f"{1e3 * m['compiled']:.1f} | {rt:.2f} ({met}: <= {TARGET_TF}) | {rl:.2f} (<= {TARGET_TFLITE}) |")
+    if profiles:
+        lines += ["", "#### Where the compiled time goes (RATELNN_NPU_PROFILE=1)", ""]
+        for (arch, batch), rows in profiles.items():
+            lines.append(f"- {arch}, batch {batch}: " + " ".join(profile_summary(rows)))
+    return "\n".join(lines + [SECTION_END])
+
+
+def write_section(doc: Path, section: str) -> None:
+    """Replace the section between the markers in ``doc`` (append it if absent), atomically."""
+    text = doc.read_text() if doc.exists() else "# Emulator speed\n"
+    if SECTION_START in text and SECTION_END in text:
+        head, rest = text.split(SECTION_START, 1)
+        text = head + section + rest.split(SECTION_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = doc.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, doc)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="ResNet50,MobileNetV2")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--profile", action="store_true", help="per-instruction profile of the engines")
+    ap.add_argument("--doc", type=Path, default=DOC, help="markdown file to write ('-': stdout only)")
+    args = ap.parse_args()
+    import ratelnn
+    from ratelnn.frontend.tensorflow import freeze_keras
+    ratelnn.tf_init()
+    results, profiles = [], {}
+    for arch in args.models.split(","):
+        model = keras_model(arch)
+        graph_def, inputs, outputs = freeze_keras(model)
+        in_t, out_t = inputs[0] + ":0", outputs[0] + ":0"
+        for batch_size in [int(b) for b in args.batches.split(",")]:
+            print(f"{arch} batch {batch_size}: preparing", file=sys.stderr, flush=True)
+            with tempfile.TemporaryDirectory(prefix="ratelnn-speed-") as output_dir:
+                conv = compiled_converter(graph_def, inputs, outputs, batch_size, output_dir)
+                compiled, how, compiled_ir = compiled_runner(conv, in_t, out_t, args.threads)
+            runners = {"TF FP32": session_runner(graph_def, in_t, out_t, args.threads),
+                       "TFLite int8": tflite_runner(model, batch_size, args.threads),
+                       "compiled": compiled}
+            medians = time_interleaved(runners, random_images(batch_size, seed=2), args.repeats)
+            results.append({"arch": arch, "batch": batch_size, "medians": medians, "how": how})
+            print(f"{arch} batch {batch_size}: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in medians.items())
+                  + f"; compiled/TF {medians['compiled'] / medians['TF FP32']:.2f}, "
+                  f"compiled/TFLite {medians['compiled'] / medians['TFLite int8']:.2f}", file=sys.stderr, flush=True)
+            if args.profile:
+                profiles[(arch, batch_size)] = engine_profile(compiled_ir, batch_size, args.threads)
+            del runners, compiled
+    command = "python bench/emulator_speed.py " + " ".join(sys.argv[1:])
+    text = report(results, profiles, args, command.strip())
+    print(text)
+    if str(args.doc) != "-":
+        write_section(args.doc, text)
+    return 0 if all(r["medians"]["compiled"] <= TARGET_TF * r["medians"]["TF FP32"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
