@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "core/float_env.h"
 
@@ -14,6 +15,7 @@ typedef float Lanes __attribute__((vector_size(32)));
 constexpr int kLaneCount = 8;
 
 typedef int32_t IntLanes __attribute__((vector_size(32)));
+typedef uint32_t UIntLanes __attribute__((vector_size(32)));
 
 inline Lanes LoadLanes(const float* p) {
   Lanes v;
@@ -21,38 +23,144 @@ inline Lanes LoadLanes(const float* p) {
   return v;
 }
 
-// Elements per call of the 32-bit sub-histogram loop: every sub-histogram count stays < 2^31.
-constexpr int64_t kHistogramChunk = int64_t{1} << 30;
-// Independent sub-histograms: consecutive increments of one bin hit different counters, so
-// they do not wait on each other's store-to-load forwarding.
-constexpr int kSubHistograms = 4;
+constexpr uint32_t kAbsMask = 0x7fffffffu;      // clears the sign bit
+constexpr uint32_t kNonFiniteBits = 0x7f800000u;  // |x| bits at or above: Inf or NaN
+constexpr uint32_t kLastBin = kHistogramBins - 1;
 
-// Adds a chunk (n <= kHistogramChunk) to `bins` using 32-bit sub-histograms.
-void AddChunk(const float* x, int64_t n, float scale, int64_t* bins) {
-  std::vector<uint32_t> sub(kSubHistograms * kHistogramBins, 0);
-  uint32_t* h = sub.data();
-  constexpr uint32_t kLast = kHistogramBins - 1;
-  const int64_t full = n - n % kLaneCount;
-  const Lanes scale_lanes = Lanes{} + scale;
-  for (int64_t i = 0; i < full; i += kLaneCount) {
-    Lanes v = LoadLanes(x + i);
-    v = v < 0 ? -v : v;
-    // |x| * 2^(11 - e) is exact (a power-of-two product below 2^11) and the conversion
-    // truncates: the bin index. Unsigned min keeps any out-of-contract value in bounds.
-    const IntLanes index = __builtin_convertvector(v * scale_lanes, IntLanes);
+// Elements per call of the 32-bit counting loop: every 32-bit count stays below 2^31.
+constexpr int64_t kHistogramChunk = int64_t{1} << 30;
+// Below this many elements the counts go straight into the 64-bit bins; above, into
+// kCounterCopies interleaved 32-bit copies of every bin (bin k, copy c at k * kCounterCopies
+// + c; lane j of a vector uses copy j % kCounterCopies), so that equal bins close together
+// increment different counters and do not wait on each other's store-to-load forwarding.
+// The copies cost one 32 KiB allocation and a 2048 x 4 reduction per call.
+constexpr int64_t kCopiesThreshold = 1 << 15;
+constexpr int kCounterCopies = 4;
+
+inline BatchRange FoldRange(BatchRange r, float v) {
+  r.min = v < r.min ? v : r.min;
+  r.max = v > r.max ? v : r.max;
+  return r;
+}
+
+// Bin index (0 .. kLastBin) of every lane's |v|: |v| * scale truncated; values at or above
+// the range, and NaN (whose conversion gives 0x80000000), land in the last bin.
+inline UIntLanes BinIndex(UIntLanes abs_bits, const Lanes& scale) {
+  const Lanes abs_value = reinterpret_cast<Lanes>(abs_bits);
+  const UIntLanes index = reinterpret_cast<UIntLanes>(
+      __builtin_convertvector(abs_value * scale, IntLanes));
+  return index > kLastBin ? kLastBin : index;  // unsigned min
+}
+
+inline uint32_t ScalarBinIndex(float v, float scale) {
+  const float scaled = std::fabs(v) * scale;
+  return std::min(static_cast<uint32_t>(static_cast<int32_t>(scaled)), kLastBin);
+}
+
+// Elements per block of ScanAndCount: the block's counter slots (2 bytes each) stay in L1.
+constexpr int64_t kSlotBlock = 1024;
+typedef uint16_t SlotLanes __attribute__((vector_size(16)));
+
+// One pass over x[0, n), n > 0: the range, and |x| binned with `scale` = 2^(11 - range_exp)
+// into counts[k * kCopies + copy] (copy = lane % kCopies). Min/max use two accumulators of
+// kLaneCount lanes, as ScanRange. Per block, a vector loop computes the range and the
+// counter slot of every element; then a scalar loop increments the counters: one load and
+// one read-modify-write per element, with no dependency on the vector work.
+template <int kCopies, typename Count>
+BatchRange ScanAndCount(const float* x, int64_t n, float scale, Count* counts) {
+  static_assert(kHistogramBins * kCopies <= 65536, "counter slots must fit in 16 bits");
+  ScopedExactFloatEnv exact_float;  // denormals compare as themselves, not as zero
+  BatchRange r{x[0], x[0], true};
+  const int64_t full = n - n % (2 * kLaneCount);
+  if (full > 0) {
+    const Lanes scale_lanes = Lanes{} + scale;
+    UIntLanes copy_offset = {0, 1, 2, 3, 4, 5, 6, 7};
+    copy_offset = copy_offset % kCopies;
+    Lanes min0 = LoadLanes(x), max0 = min0, min1 = min0, max1 = min0;
+    UIntLanes non_finite = {};
+    alignas(32) uint16_t slots[kSlotBlock];
+    for (int64_t block = 0; block < full; block += kSlotBlock) {
+      const int64_t block_size = std::min(kSlotBlock, full - block);
+      const float* xb = x + block;
+      for (int64_t i = 0; i < block_size; i += 2 * kLaneCount) {
+        const Lanes a = LoadLanes(xb + i), b = LoadLanes(xb + i + kLaneCount);
+        min0 = a < min0 ? a : min0;
+        max0 = a > max0 ? a : max0;
+        min1 = b < min1 ? b : min1;
+        max1 = b > max1 ? b : max1;
+        const UIntLanes abs_a = reinterpret_cast<UIntLanes>(a) & kAbsMask;
+        const UIntLanes abs_b = reinterpret_cast<UIntLanes>(b) & kAbsMask;
+        non_finite |= reinterpret_cast<UIntLanes>(abs_a >= kNonFiniteBits);
+        non_finite |= reinterpret_cast<UIntLanes>(abs_b >= kNonFiniteBits);
+        const SlotLanes slot_a = __builtin_convertvector(
+            BinIndex(abs_a, scale_lanes) * kCopies + copy_offset, SlotLanes);
+        const SlotLanes slot_b = __builtin_convertvector(
+            BinIndex(abs_b, scale_lanes) * kCopies + copy_offset, SlotLanes);
+        std::memcpy(slots + i, &slot_a, sizeof(slot_a));
+        std::memcpy(slots + i + kLaneCount, &slot_b, sizeof(slot_b));
+      }
+      for (int64_t i = 0; i < block_size; ++i) ++counts[slots[i]];
+    }
     for (int j = 0; j < kLaneCount; ++j) {
-      const uint32_t k = std::min(static_cast<uint32_t>(index[j]), kLast);
-      ++h[(j % kSubHistograms) * kHistogramBins + k];
+      r.min = std::fmin(r.min, std::fmin(min0[j], min1[j]));
+      r.max = std::fmax(r.max, std::fmax(max0[j], max1[j]));
+      r.all_finite = r.all_finite && non_finite[j] == 0;
     }
   }
   for (int64_t i = full; i < n; ++i) {
-    const float v = std::fabs(x[i]) * scale;
-    const uint32_t k = std::min(static_cast<uint32_t>(static_cast<int32_t>(v)), kLast);
-    ++h[k];
+    r = FoldRange(r, x[i]);
+    r.all_finite = r.all_finite && std::isfinite(x[i]);
+    ++counts[ScalarBinIndex(x[i], scale) * kCopies];
   }
-  for (int s = 0; s < kSubHistograms; ++s) {
-    for (int k = 0; k < kHistogramBins; ++k) bins[k] += h[s * kHistogramBins + k];
+  return r;
+}
+
+// ScanAndCount of a chunk (n <= kHistogramChunk) through 32-bit interleaved copies.
+BatchRange ScanAndCountWithCopies(const float* x, int64_t n, float scale, int64_t* bins) {
+  std::vector<uint32_t> copies(kCounterCopies * kHistogramBins, 0);
+  const BatchRange r = ScanAndCount<kCounterCopies>(x, n, scale, copies.data());
+  for (int k = 0; k < kHistogramBins; ++k) {
+    const uint32_t* bin_copies = copies.data() + k * kCounterCopies;
+    int64_t sum = 0;
+    for (int c = 0; c < kCounterCopies; ++c) sum += bin_copies[c];
+    bins[k] += sum;
   }
+  return r;
+}
+
+// Range and histogram parts of one batch, merged under a mutex as parts finish.
+class BatchAccumulator {
+ public:
+  BatchAccumulator() : bins_(kHistogramBins, 0) {}
+
+  void AddPart(const BatchRange& range, const std::vector<int64_t>* part_bins) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    range_ = has_range_ ? MergeRanges(range_, range) : range;
+    has_range_ = true;
+    if (part_bins != nullptr) {
+      for (int k = 0; k < kHistogramBins; ++k) bins_[k] += (*part_bins)[k];
+    }
+  }
+
+  const BatchRange& range() const { return range_; }
+  std::vector<int64_t>& bins() { return bins_; }
+
+ private:
+  std::mutex mutex_;
+  BatchRange range_{0.0f, 0.0f, true};
+  bool has_range_ = false;
+  std::vector<int64_t> bins_;
+};
+
+// Runs ScanRangeAndHistogram over the parts of x[0, n) at `range_exp` into `batch`.
+void HistogramPass(const float* x, int64_t n, int range_exp, const PartRunner& run_parts,
+                   BatchAccumulator* batch) {
+  run_parts(n, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> part_bins(kHistogramBins, 0);
+    const BatchRange part_range =
+        ScanRangeAndHistogram(x + begin, end - begin, range_exp, part_bins.data());
+    batch->AddPart(part_range, &part_bins);
+  });
 }
 
 }  // namespace
@@ -102,10 +210,18 @@ int HistogramRangeExp(float max_abs) {
 }
 
 void AddToAbsHistogram(const float* x, int64_t n, int range_exp, int64_t* bins) {
+  if (n > 0) ScanRangeAndHistogram(x, n, range_exp, bins);
+}
+
+BatchRange ScanRangeAndHistogram(const float* x, int64_t n, int range_exp, int64_t* bins) {
   const float scale = std::ldexp(1.0f, kHistogramBinsLog2 - range_exp);
-  for (int64_t begin = 0; begin < n; begin += kHistogramChunk) {
-    AddChunk(x + begin, std::min(kHistogramChunk, n - begin), scale, bins);
+  if (n < kCopiesThreshold) return ScanAndCount<1>(x, n, scale, bins);
+  BatchRange r = ScanAndCountWithCopies(x, std::min(kHistogramChunk, n), scale, bins);
+  for (int64_t begin = kHistogramChunk; begin < n; begin += kHistogramChunk) {
+    r = MergeRanges(
+        r, ScanAndCountWithCopies(x + begin, std::min(kHistogramChunk, n - begin), scale, bins));
   }
+  return r;
 }
 
 void WidenHistogram(int64_t* bins, int from_exp, int to_exp) {
@@ -140,6 +256,39 @@ AbsHistogram BatchAbsHistogram(const float* x, int64_t n, const BatchRange& rang
   h.bins.assign(kHistogramBins, 0);
   AddToAbsHistogram(x, n, h.range_exp, h.bins.data());
   return h;
+}
+
+BatchStatistics SummarizeBatch(const float* x, int64_t n, int range_exp_hint,
+                               const PartRunner& run_parts) {
+  const bool fused = range_exp_hint >= kMinRangeExp;
+  const int hint = std::min(range_exp_hint, kMaxRangeExp);
+  BatchAccumulator batch;
+  if (fused) {
+    HistogramPass(x, n, hint, run_parts, &batch);
+  } else {
+    run_parts(n, [&](int64_t begin, int64_t end) {
+      batch.AddPart(ScanRange(x + begin, end - begin), nullptr);
+    });
+  }
+  BatchStatistics result;
+  result.range = batch.range();
+  if (!result.range.all_finite) return result;
+  const int own_exp =
+      HistogramRangeExp(std::max(std::fabs(result.range.min), std::fabs(result.range.max)));
+  if (fused && own_exp <= hint) {
+    result.histogram.range_exp = hint;
+    result.histogram.bins = std::move(batch.bins());
+    return result;
+  }
+  BatchAccumulator rebinned;  // no hint, or the batch exceeds it: bin at its own exponent
+  HistogramPass(x, n, own_exp, run_parts, &rebinned);
+  result.histogram.range_exp = own_exp;
+  result.histogram.bins = std::move(rebinned.bins());
+  return result;
+}
+
+void RunAsOnePart(int64_t n, const std::function<void(int64_t begin, int64_t end)>& part) {
+  part(0, n);
 }
 
 }  // namespace ratelnn

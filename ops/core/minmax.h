@@ -2,7 +2,9 @@
 // it, used by the calibration ops (docs/statistics.md).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace ratelnn {
@@ -55,5 +57,57 @@ void WidenHistogram(int64_t* bins, int from_exp, int to_exp);
 
 // The histogram of one batch whose range `range` was scanned (all finite), single-threaded.
 AbsHistogram BatchAbsHistogram(const float* x, int64_t n, const BatchRange& range);
+
+// One pass over x[0, n), n > 0: returns the range (as ScanRange) and adds the histogram of
+// |x| over [0, 2^range_exp) to `bins`. The bins are the histogram only if the returned range
+// is all finite and HistogramRangeExp(max |x|) <= range_exp; otherwise they hold garbage
+// (values at or above 2^range_exp, and NaN, are counted in the last bin, never out of bounds).
+BatchRange ScanRangeAndHistogram(const float* x, int64_t n, int range_exp, int64_t* bins);
+
+// What the calibration op records for one batch: its range and the histogram of |x|.
+// histogram.range_exp is max(range_exp_hint, the batch's own exponent): binning at a wider
+// power-of-two range is the batch's own histogram widened (exact), so merging it into a
+// store whose range is at least the hint gives the same counts bit for bit.
+struct BatchStatistics {
+  BatchRange range;
+  AbsHistogram histogram;  // empty bins when the batch is not all finite
+};
+
+// Splits [0, n) into contiguous parts and calls part(begin, end) once per part, possibly
+// concurrently from several threads (e.g. TensorFlow's Shard); returns when all are done.
+using PartRunner =
+    std::function<void(int64_t n, const std::function<void(int64_t begin, int64_t end)>& part)>;
+
+// No hint: the first batch of a tensor (a scan pass, then the histogram pass).
+constexpr int kNoRangeExpHint = kMinRangeExp - 1;
+
+// Statistics of x[0, n), n > 0. With a hint (usually the range exponent of the tensor's
+// earlier batches) one fused pass computes range and histogram; only when the batch's
+// exponent exceeds the hint (or there is no hint) a second pass bins the batch at its own
+// exponent. Parts keep private sub-histograms, merged once per part.
+BatchStatistics SummarizeBatch(const float* x, int64_t n, int range_exp_hint,
+                               const PartRunner& run_parts);
+
+// The range exponent a calibration kernel bins its next batch at: the largest exponent of
+// the batches it recorded (those are in the store, whose range can only be wider, so the
+// merge stays exact and the store's range stays the smallest power of two above the data).
+// Thread-safe: several threads may run one kernel.
+class RangeExpHint {
+ public:
+  int Get() const { return exp_.load(std::memory_order_relaxed); }
+  // Call after the batch binned at range_exp was recorded.
+  void Raise(int range_exp) {
+    int current = Get();
+    while (current < range_exp &&
+           !exp_.compare_exchange_weak(current, range_exp, std::memory_order_relaxed)) {
+    }
+  }
+
+ private:
+  std::atomic<int> exp_{kNoRangeExpHint};
+};
+
+// A PartRunner that runs the whole range as one part on the calling thread.
+void RunAsOnePart(int64_t n, const std::function<void(int64_t begin, int64_t end)>& part);
 
 }  // namespace ratelnn

@@ -405,19 +405,23 @@ class MinMaxState : public CustomStatefulOp {
       if (n == 0) return MX_SUCCESS;
       const float* data = x.data<float>();
       if (y.data_ptr != x.data_ptr) std::memcpy(y.data_ptr, data, n * sizeof(float));
-      const ratelnn::BatchRange range = ratelnn::ScanRange(data, n);
-      if (!range.all_finite) {
+      const ratelnn::BatchStatistics batch =
+          ratelnn::SummarizeBatch(data, n, range_exp_hint_.Get(), ratelnn::RunAsOnePart);
+      if (!batch.range.all_finite) {
         throw std::runtime_error("'" + attrs_.tensor_name + "': calibration batch contains NaN or Inf");
       }
-      const std::string error = ratelnn::StatsStore::Global().Record(
-          attrs_.output_dir, attrs_.tensor_name, range.min, range.max, n, attrs_.ema_decay);
+      const std::string error = ratelnn::StatsStore::Global().RecordWithHistogram(
+          attrs_.output_dir, attrs_.tensor_name, batch.range.min, batch.range.max, n,
+          attrs_.ema_decay, batch.histogram);
       if (!error.empty()) throw std::runtime_error("'" + attrs_.tensor_name + "': " + error);
+      range_exp_hint_.Raise(batch.histogram.range_exp);
       return MX_SUCCESS;
     });
   }
 
  private:
   MinMaxAttrs attrs_;
+  ratelnn::RangeExpHint range_exp_hint_;
 };
 
 MXReturnValue MinMaxParse(const Attrs& attrs, int* num_in, int* num_out) {

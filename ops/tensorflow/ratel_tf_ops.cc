@@ -2,8 +2,7 @@
 // The arithmetic lives in ops/core (shared with the MXNet glue); this file only declares
 // the ops, validates attributes and shards the work over TF's CPU threadpool.
 #include <algorithm>
-#include <cmath>
-#include <mutex>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,14 +20,12 @@
 namespace tensorflow {
 namespace {
 
-using ::ratelnn::BatchRange;
 using ::ratelnn::ChannelLayout;
 using ::ratelnn::RoundMode;
 using ::ratelnn::StatsStore;
 
 // Estimated CPU cycles per element, for Shard's cost model.
-constexpr int64_t kScanCyclesPerElement = 1;
-constexpr int64_t kHistogramCyclesPerElement = 4;
+constexpr int64_t kSummaryCyclesPerElement = 3;  // RatelMinMax: range + histogram
 constexpr int64_t kQuantCyclesPerElement = 4;
 constexpr int64_t kDequantCyclesPerElement = 1;
 
@@ -99,38 +96,44 @@ class RatelMinMaxOp : public OpKernel {
     ctx->set_output(0, x);
     const int64_t n = x.NumElements();
     if (n == 0) return;
-    const float* data = x.flat<float>().data();
-    BatchRange range = ratelnn::ScanRange(data, 1);  // element 0; every shard merges in
-    std::mutex range_mutex;
-    ShardUnits(ctx, n, kScanCyclesPerElement, [&](int64_t begin, int64_t end) {
-      const BatchRange part = ratelnn::ScanRange(data + begin, end - begin);
-      std::lock_guard<std::mutex> lock(range_mutex);
-      range = ratelnn::MergeRanges(range, part);
-    });
-    OP_REQUIRES(ctx, range.all_finite,
+    const auto run_parts = [ctx](int64_t total,
+                                 const std::function<void(int64_t, int64_t)>& part) {
+      RunInBlocks(ctx, total, part);
+    };
+    const ratelnn::BatchStatistics batch = ratelnn::SummarizeBatch(
+        x.flat<float>().data(), n, range_exp_hint_.Get(), run_parts);
+    OP_REQUIRES(ctx, batch.range.all_finite,
                 InvalidArgument("RatelMinMax '", tensor_name_,
                                 "': calibration batch contains NaN or Inf"));
-    // Histogram of |x| over [0, 2^range_exp): one sub-histogram per shard, summed.
-    ratelnn::AbsHistogram histogram;
-    histogram.range_exp = ratelnn::HistogramRangeExp(
-        std::max(std::fabs(range.min), std::fabs(range.max)));
-    histogram.bins.assign(ratelnn::kHistogramBins, 0);
-    ShardUnits(ctx, n, kHistogramCyclesPerElement, [&](int64_t begin, int64_t end) {
-      std::vector<int64_t> part(ratelnn::kHistogramBins, 0);
-      ratelnn::AddToAbsHistogram(data + begin, end - begin, histogram.range_exp, part.data());
-      std::lock_guard<std::mutex> lock(range_mutex);
-      for (int k = 0; k < ratelnn::kHistogramBins; ++k) histogram.bins[k] += part[k];
-    });
     const std::string error = StatsStore::Global().RecordWithHistogram(
-        output_dir_, tensor_name_, range.min, range.max, n, ema_decay_, histogram);
+        output_dir_, tensor_name_, batch.range.min, batch.range.max, n, ema_decay_,
+        batch.histogram);
+    range_exp_hint_.Raise(batch.histogram.range_exp);
     OP_REQUIRES(ctx, error.empty(),
                 FailedPrecondition("RatelMinMax '", tensor_name_, "': ", error));
   }
 
  private:
+  // Tensors below kMinParallelElements are summarized on the calling thread; larger ones in
+  // blocks of kBlockElements spread over TF's CPU worker threads (each part keeps its own
+  // 32 KiB of sub-histograms, so smaller blocks would cost more than they save).
+  static constexpr int64_t kMinParallelElements = int64_t{1} << 18;
+  static constexpr int64_t kBlockElements = int64_t{1} << 16;
+
+  static void RunInBlocks(OpKernelContext* ctx, int64_t n,
+                          const std::function<void(int64_t, int64_t)>& part) {
+    if (n < kMinParallelElements) return part(0, n);
+    const int64_t blocks = (n + kBlockElements - 1) / kBlockElements;
+    ShardUnits(ctx, blocks, kBlockElements * kSummaryCyclesPerElement,
+               [&](int64_t begin, int64_t end) {
+                 part(begin * kBlockElements, std::min(n, end * kBlockElements));
+               });
+  }
+
   std::string tensor_name_;
   std::string output_dir_;
   float ema_decay_ = 0.9f;
+  ratelnn::RangeExpHint range_exp_hint_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("RatelMinMax").Device(DEVICE_CPU), RatelMinMaxOp);

@@ -1,0 +1,57 @@
+"""RatelMinMax's fused pass on tensors large enough to be split over TF's worker threads and
+counted through sub-histograms: a batch binned at the range of the earlier batches (the
+hint), a batch that exceeds it (binned again at its own range), NaN in a late block."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ratelnn
+from ratelnn.calibration.histogram import AbsHistogram
+from ratelnn.calibration.stats import load_statistics
+
+tf = pytest.importorskip("tensorflow")
+
+SHAPE = (3, 181, 181, 3)  # 294,849 elements: above the 2^18 threshold for sharding
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return ratelnn.tf_init()
+
+
+def run_batches(ops, output_dir, batches, threads=2):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        ops.ratel_min_max(x, tensor_name="big", output_dir=str(output_dir), name="out")
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads)
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        for batch in batches:
+            np.testing.assert_array_equal(sess.run("out:0", {"x:0": batch}), batch)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_sharded_batches_inside_and_beyond_the_hint_match_numpy(ops, tmp_path, threads):
+    rng = np.random.default_rng(7)
+    relu = np.maximum(rng.normal(0, 2, SHAPE), 0).astype(np.float32)  # half in bin 0
+    small = rng.laplace(0, 0.01, SHAPE).astype(np.float32)   # far below the hint
+    wide = rng.laplace(0, 40, SHAPE).astype(np.float32)      # beyond it: rebinned
+    subnormal = np.full(SHAPE, 1e-40, np.float32)
+    subnormal[0, 0, 0, 0] = -3.0
+    batches = [relu, small, wide, relu[::-1].copy(), subnormal]
+    run_batches(ops, tmp_path, batches, threads)
+    s = load_statistics(tmp_path)["big"]
+    every = np.concatenate([b.ravel() for b in batches])
+    assert s.histogram == AbsHistogram.of_values(every)
+    assert (s.min, s.max, s.count) == (every.min(), every.max(), every.size)
+
+
+def test_nan_in_a_late_block_fails_and_records_nothing(ops, tmp_path):
+    batch = np.ones(SHAPE, np.float32)
+    batch[-1, -1, -1, -1] = np.nan
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="'big': calibration batch contains NaN or Inf"):
+        run_batches(ops, tmp_path, [np.ones(SHAPE, np.float32), batch])
+    s = load_statistics(tmp_path)["big"]
+    assert s.count == np.prod(SHAPE) and s.histogram.total == s.count
