@@ -431,7 +431,10 @@ class Validator {
       int64_t b = bias.at(o);
       u128 bound = prod_bound + u128(b < 0 ? -b : b);
       requant_ok(c, C(i.consts[2]).at(o), C(i.consts[3]).at(o), bound);
-      if (i.consts.size() == 6) requant_ok(c, C(i.consts[4]).at(o), C(i.consts[5]).at(o), bound);
+      if (i.consts.size() == 6) {  // M_neg may be negative (PReLU slopes < 0): |M_neg| < 2^31
+        int64_t mn = C(i.consts[4]).at(o);
+        requant_ok(c, mn < 0 ? -mn : mn, C(i.consts[5]).at(o), bound);
+      }
       if (bound > u128(INT32_MAX)) i.wide_accumulator = true;
     }
     clamp_bounds(c, T(i.outputs[0]).dtype);

@@ -39,7 +39,7 @@ TABLE_OPS = ("Sigmoid", "Tanh", "LeakyRelu", "Softplus", "Exp")
 RESHAPE_OPS = ("Reshape", "Squeeze", "Flatten")
 LOWERABLE_OPS = frozenset({"Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "MaxPool", "AvgPool", "Mean",
                            "Transpose", "Pad", "Softmax", "Relu", "Relu6", *TABLE_OPS, *RESHAPE_OPS})
-FUSED_ACTS = ("none", "relu", "relu6", "leaky_relu")
+FUSED_ACTS = ("none", "relu", "relu6", "leaky_relu", "prelu")
 
 
 # ------------------------------------------------------------------ what can be lowered
@@ -74,14 +74,26 @@ def is_lowerable(graph: Graph, node: Node) -> bool:
     return check(graph, node) if check else len(node.inputs) == 1
 
 
+def _act_ok(graph: Graph, node: Node) -> bool:
+    """A fused activation CONV2D/FULLY_CONNECTED express: any slope sign (``M_neg`` is signed),
+    finite slopes, one per output channel for ``prelu``."""
+    act = node.attrs.get("act", "none")
+    if act not in FUSED_ACTS:
+        return False
+    if act not in ("leaky_relu", "prelu"):
+        return True
+    slopes = np.asarray(node.attrs.get("act_alpha", 0.2), dtype=np.float64).reshape(-1)
+    cout = graph.shape(node.outputs[0])[3 if node.op == "Conv2D" and node.attrs.get("layout") != "NCHW" else 1]
+    return bool(np.isfinite(slopes).all()) and slopes.size in ((1,) if act == "leaky_relu" else (cout,))
+
+
 def _check_conv(graph: Graph, node: Node) -> bool:
     a = node.attrs
     if len(node.inputs) not in (2, 3) or not all(graph.is_param(t) for t in node.inputs[1:]):
         return False
     if a.get("layout", "NHWC") not in ("NHWC", "NCHW") or len(graph.shape(node.inputs[0])) != 4:
         return False
-    act = a.get("act", "none")
-    if act not in FUSED_ACTS or (act == "leaky_relu" and float(a.get("act_alpha", 0.2)) < 0):
+    if not _act_ok(graph, node):
         return False
     kh, kw = graph.params[node.inputs[1]].shape[:2]
     dh, dw = a.get("dilations", (1, 1))
@@ -93,8 +105,7 @@ def _check_matmul(graph: Graph, node: Node) -> bool:
     a = node.attrs
     if len(node.inputs) not in (2, 3) or not all(graph.is_param(t) for t in node.inputs[1:]):
         return False
-    act = a.get("act", "none")
-    if act not in FUSED_ACTS or (act == "leaky_relu" and float(a.get("act_alpha", 0.2)) < 0):
+    if not _act_ok(graph, node):
         return False
     return not a.get("transpose_a", False) and len(graph.shape(node.inputs[0])) == 2
 
@@ -172,6 +183,13 @@ def _pair_multipliers(ra: float, rb: float, bound_a: int, bound_b: int) -> Tuple
         if max(ma, mb) < 2 ** 31 and bound_a * ma + bound_b * mb <= 2 ** 62:
             return ma, mb, s
     raise ModelError(f"rescale ratios {ra}, {rb} are too large for an integer ADD/SUB")
+
+
+def _signed_multiplier(real: float, acc_bound: int) -> Tuple[int, int]:
+    """``quantize_multiplier`` of ``|real|`` carrying the sign of ``real`` (CONV2D/FULLY_CONNECTED
+    ``M_neg``, the one signed multiplier, docs/npu-arithmetic.md)."""
+    m, s = quantize_multiplier(abs(real), acc_bound)
+    return (-m if real < 0 else m), s
 
 
 def _channel_scales(qp, channels: int) -> np.ndarray:
@@ -263,9 +281,9 @@ class _RegionLowering:
                   self.b.const(f"{name}/multipliers", np.array([m for m, _ in pos], np.int32)),
                   self.b.const(f"{name}/shifts", np.array([s for _, s in pos], np.int32))]
         act = node.attrs.get("act", "none")
-        if act == "leaky_relu":
-            alpha = float(node.attrs.get("act_alpha", 0.2))
-            neg = [quantize_multiplier(r * alpha, bd) for r, bd in zip(real, bounds)]
+        if act in ("leaky_relu", "prelu"):
+            slopes = np.broadcast_to(np.asarray(node.attrs.get("act_alpha", 0.2), np.float64).reshape(-1), (cout,))
+            neg = [_signed_multiplier(r * a, bd) for r, a, bd in zip(real, slopes, bounds)]
             consts += [self.b.const(f"{name}/neg_multipliers", np.array([m for m, _ in neg], np.int32)),
                        self.b.const(f"{name}/neg_shifts", np.array([s for _, s in neg], np.int32))]
         lo, hi = _act_clamp(act, self.qp(out_t))

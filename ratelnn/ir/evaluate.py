@@ -52,8 +52,10 @@ def _pad_hw(x: np.ndarray, pads, value: float = 0.0) -> np.ndarray:
     return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
 
 
-def apply_act(y: np.ndarray, act: str, alpha: float = 0.2) -> np.ndarray:
-    """The fused activation ``act`` of Conv2D/MatMul (docs/ir.md)."""
+def apply_act(y: np.ndarray, act: str, alpha=0.2) -> np.ndarray:
+    """The fused activation ``act`` of Conv2D/MatMul (docs/ir.md) on ``y`` with the output
+    channels last; ``alpha``: the slope of ``leaky_relu`` (float) or of ``prelu`` (one per
+    output channel)."""
     if act in (None, "none"):
         return y
     if act == "relu":
@@ -62,7 +64,15 @@ def apply_act(y: np.ndarray, act: str, alpha: float = 0.2) -> np.ndarray:
         return np.clip(y, np.float32(0), np.float32(6))
     if act == "leaky_relu":
         return np.where(y >= 0, y, (y * np.float32(alpha)).astype(np.float32))
+    if act == "prelu":
+        return _prelu(y, np.asarray(alpha, np.float32).reshape(-1))
     raise EvaluationError(f"unknown fused activation {act!r}")
+
+
+def _prelu(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """``x if x >= 0 else alpha * x`` with ``alpha`` broadcasting against ``x``."""
+    x = _f32(x)
+    return np.where(x >= 0, x, x * _f32(alpha)).astype(np.float32)
 
 
 def _f32(x) -> np.ndarray:
@@ -202,6 +212,7 @@ _OPS: Dict[str, Callable[..., np.ndarray]] = {
     "Opaque": _unevaluable,
     "Engine": _unevaluable,
     "BiasAdd": _bias_add,
+    "PRelu": lambda n, x, alpha: _prelu(x, alpha),
     "LeakyRelu": lambda n, x: np.where(x >= 0, x, x * np.asarray(n.attrs.get("alpha", 0.2), x.dtype)),
     "Mean": lambda n, x: np.mean(x, axis=tuple(n.attrs["axes"]), keepdims=bool(n.attrs.get("keepdims"))),
     "Concat": lambda n, *xs: np.concatenate(xs, axis=n.attrs["axis"]),

@@ -6,7 +6,8 @@ produces a graph output is fused away, the fused node takes over that output's n
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import dataclasses
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -73,7 +74,12 @@ def _per_channel(graph: Graph, node: Node, operand: str) -> Optional[np.ndarray]
     if it is a float param that broadcasts only along the channel axis, else None."""
     if not graph.is_param(operand):
         return None
-    value = np.asarray(graph.params[operand])
+    return _channel_vector(graph, node, np.asarray(graph.params[operand]))
+
+
+def _channel_vector(graph: Graph, node: Node, value: np.ndarray) -> Optional[np.ndarray]:
+    """Float array ``value`` as a float32 vector over the output channels of ``node``
+    (Conv2D/MatMul) if it broadcasts only along the channel axis, else None."""
     out_shape = graph.shape(node.outputs[0])
     if value.dtype.kind != "f" or out_shape is None or value.ndim > len(out_shape):
         return None
@@ -226,6 +232,120 @@ def fuse_bias_activation(graph: Graph) -> None:
         _rename_output(graph, producer, node.outputs[0])
 
 
+# ---------------------------------------------------------------- fuse_prelu
+@dataclasses.dataclass
+class PReluPattern:
+    """A PReLU written with elementwise ops: ``x if x >= 0 else alpha * x``.
+
+    ``x``: the input tensor; ``alpha``: float32 slopes broadcasting against ``x`` (shape as in
+    the graph's constant); ``nodes``: the ops computing it, the last one producing the result."""
+
+    x: str
+    alpha: np.ndarray
+    nodes: List[Node]
+
+
+def match_prelu(graph: Graph, node: Node) -> Optional[PReluPattern]:
+    """The PReLU that ``node`` (an ``Add``/``Sub``) completes, or None.  Recognised forms,
+    with ``c`` a float param and ``neg(x)`` either ``Relu(Neg(x))`` (= -min(x, 0): Keras,
+    ratelnn's exporters) or ``Minimum(x, 0)`` (MXNet's importer)::
+
+        Add(Relu(x), Mul(c, neg(x)))   Sub(Relu(x), Mul(c, neg(x)))   (Add/Mul operands in any order)
+
+    Every intermediate tensor must have this pattern as its only reader, and be neither a graph
+    output nor a quantization point, so the nodes can be replaced by one op."""
+    if node.op not in ("Add", "Sub") or len(node.inputs) != 2 or len(node.outputs) != 1:
+        return None
+    orders = [(0, 1), (1, 0)] if node.op == "Add" else [(0, 1)]
+    for p_pos, m_pos in orders:
+        found = _match_prelu_operands(graph, node.inputs[p_pos], node.inputs[m_pos])
+        if found is not None:
+            x, c, sign, inner = found
+            sign *= 1.0 if node.op == "Add" else -1.0
+            if graph.shape(node.outputs[0]) != graph.shape(x):
+                return None   # alpha would broadcast x to a larger shape
+            return PReluPattern(x, (np.float32(sign) * c).astype(np.float32), inner + [node])
+    return None
+
+
+def _match_prelu_operands(graph: Graph, positive: str, scaled: str):
+    """``(x, c, sign, nodes)`` if ``positive`` is ``Relu(x)`` and ``scaled`` is
+    ``Mul(c, neg(x))``, where ``neg(x) == sign * min(x, 0)``; else None."""
+    relu = _sole_producer(graph, positive, "Relu")
+    mul = _sole_producer(graph, scaled, "Mul")
+    if relu is None or mul is None or len(mul.inputs) != 2:
+        return None
+    x = relu.inputs[0]
+    for c_pos in (0, 1):
+        c, t = mul.inputs[c_pos], mul.inputs[1 - c_pos]
+        if not graph.is_param(c) or np.asarray(graph.params[c]).dtype.kind != "f":
+            continue
+        negative = _negative_part(graph, t, x)
+        if negative is not None:
+            sign, nodes = negative
+            return x, np.asarray(graph.params[c], np.float32), sign, [relu] + nodes + [mul]
+    return None
+
+
+def _negative_part(graph: Graph, tensor: str, x: str):
+    """``(sign, nodes)`` if ``tensor`` is ``Relu(Neg(x))`` (sign -1) or ``Minimum(x, 0)``
+    with a one-element zero param (sign +1), computed only for this use, else None."""
+    relu = _sole_producer(graph, tensor, "Relu")
+    if relu is not None:
+        neg = _sole_producer(graph, relu.inputs[0], "Neg")
+        return (-1.0, [neg, relu]) if neg is not None and neg.inputs[0] == x else None
+    minimum = _sole_producer(graph, tensor, "Minimum")
+    if minimum is None or x not in minimum.inputs or len(minimum.inputs) != 2:
+        return None
+    zero = minimum.inputs[1 - minimum.inputs.index(x)]
+    if graph.is_param(zero) and np.asarray(graph.params[zero]).size == 1 and not np.any(graph.params[zero]):
+        return 1.0, [minimum]
+    return None
+
+
+def _sole_producer(graph: Graph, tensor: str, op: str) -> Optional[Node]:
+    """The ``op`` node producing ``tensor`` if ``tensor`` has exactly one reader and is
+    neither a graph output nor a quantization point."""
+    node = graph.producer(tensor)
+    if node is None or node.op != op or tensor in graph.outputs or tensor in graph.qparams:
+        return None
+    return node if len(graph.consumers(tensor)) == 1 else None
+
+
+def fuse_prelu(graph: Graph) -> None:
+    """Replace PReLU decompositions (:func:`match_prelu`) by one op: the fused activation
+    ``act="prelu"`` (``act_alpha``: float32 slopes, one per output channel) of the
+    Conv2D/MatMul producing ``x`` when nothing else reads ``x`` and the slopes are per
+    channel; else a ``PRelu(x, alpha)`` node."""
+    for node in [n for n in graph.nodes if n.op in ("Add", "Sub")]:   # only ever ends a pattern
+        pattern = match_prelu(graph, node)
+        if pattern is None or _fuse_prelu_into_producer(graph, pattern):
+            continue
+        alpha = graph.add_param(graph.unique_name(f"{node.name}/alpha"), pattern.alpha)
+        position = next(i for i, n in enumerate(graph.nodes) if n is node)
+        graph.nodes[position] = Node(node.name, "PRelu", [pattern.x, alpha], list(node.outputs))
+        graph.remove_nodes(pattern.nodes[:-1])
+
+
+def _fuse_prelu_into_producer(graph: Graph, pattern: PReluPattern) -> bool:
+    producer = graph.producer(pattern.x)
+    if (producer is None or producer.op not in ("Conv2D", "MatMul") or len(producer.outputs) != 1
+            or producer.attrs.get("act", "none") != "none" or pattern.x in graph.outputs
+            or pattern.x in graph.qparams):
+        return False
+    pattern_ids = {id(n) for n in pattern.nodes}
+    if any(id(n) not in pattern_ids for n in graph.consumers(pattern.x)):
+        return False
+    alpha = _channel_vector(graph, producer, pattern.alpha)
+    if alpha is None:
+        return False
+    producer.attrs["act"] = "prelu"
+    producer.attrs["act_alpha"] = alpha
+    graph.remove_nodes(pattern.nodes)
+    _rename_output(graph, producer, pattern.nodes[-1].outputs[0])
+    return True
+
+
 # ---------------------------------------------------------------- pipeline
 def run_default_passes(graph: Graph) -> Graph:
     """The default pipeline of docs/ir.md; returns ``graph`` (edited in place)."""
@@ -233,5 +353,6 @@ def run_default_passes(graph: Graph) -> Graph:
     fold_constants(graph)
     fold_batchnorm(graph)
     fuse_bias_activation(graph)
+    fuse_prelu(graph)
     graph.prune()
     return graph

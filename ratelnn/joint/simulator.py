@@ -204,13 +204,15 @@ def _busy_within(intervals: List[Tuple[float, float]], t0: float, t1: float) -> 
 def simulate(scheme: Scheme, frames: int = 200, frames_in_flight: Optional[int] = None) -> SimulationResult:
     """Run ``frames`` frames of ``scheme`` through the event simulation.
 
-    ``frames_in_flight`` (default: twice the cores used, plus 2) bounds how many frames are in the system;
-    more lets deeper pipelines fill, at the cost of queueing latency.
+    ``frames_in_flight`` (default: twice the cores used plus 2, or four per model when that is
+    more, so that a chain of many short models keeps every core fed) bounds how many frames
+    are in the system; more lets deeper pipelines fill, at the cost of queueing latency.
     """
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 5:
         raise SchemeError(f"frames must be an integer >= 5, got {frames!r}")
     n_cores = sum(len(d.core_ids) for d in scheme.devices.values())
-    in_flight = 2 * n_cores + 2 if frames_in_flight is None else frames_in_flight
+    default = max(2 * n_cores + 2, 4 * len(scheme.models))
+    in_flight = default if frames_in_flight is None else frames_in_flight
     if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
         raise SchemeError(f"frames_in_flight must be an integer >= 1, got {frames_in_flight!r}")
     run = _Run(scheme, frames, in_flight)

@@ -13,6 +13,10 @@ same answer on the float graph and on the quantized graph):
 - the *shared* points: outputs of scale-preserving ops, which reuse their input's QParams;
 - the parameter operands of quantized ops and their role (weight, bias, constant).
 
+A fused activation (``act`` of Conv2D/MatMul: relu, relu6, leaky_relu, prelu) is part of its op:
+the anchor is the activation's output, with its own statistics.  A standalone ``PRelu`` (slopes
+not per output channel of a conv/dense layer) stays a float op.
+
 :func:`calibration_tensors` (the anchors) is used by both the calibration emitter and the
 quantizer, so the statistics recorded are always the statistics needed.
 See docs/quantization.md.

@@ -13,6 +13,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ..ir import Graph, GraphError, Node, QParams
+from ..ir.passes import fuse_prelu
 from .policy import is_scale_preserving
 
 _FUSABLE_ACTS = {"Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu"}
@@ -110,6 +111,7 @@ def strip_qdq(graph: Graph) -> Graph:
     _strip_param_dequants(g)
     _strip_pairs(g)
     _fuse_bias_and_activation(g)
+    fuse_prelu(g)   # the exporters write act="prelu" and PRelu as elementwise ops
     left = [n.name for n in g.nodes if n.op in ("Quant", "Dequant")]
     if left:
         raise GraphError(f"strip_qdq: Quant/Dequant nodes {left} are not part of a Quant->Dequant pair or "

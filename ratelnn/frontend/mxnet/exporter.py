@@ -110,7 +110,11 @@ def _param_array(value) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- per-op export
-def _activation(ex: _Exporter, name: str, x: Entry, act: str, alpha: float) -> Entry:
+def _activation(ex: _Exporter, name: str, x: Entry, act: str, alpha) -> Entry:
+    """The fused activation ``act`` after ``x``; ``alpha``: the ``act_alpha`` attribute."""
+    if act == "prelu":
+        return _prelu(ex, name, x, np.asarray(alpha, np.float32).reshape(-1))
+    alpha = float(alpha)
     if act == "relu":
         return ex.add(name, "Activation", [x], {"act_type": "relu"})
     if act == "relu6":
@@ -126,7 +130,24 @@ def _with_activation(ex: _Exporter, node: Node, out_name: str, build: Callable[[
         build(out_name)
         return
     main = build(ex.fresh(f"{out_name}_{node.op.lower()}"))
-    _activation(ex, out_name, main, act, float(node.attrs.get("act_alpha", 0.2)))
+    _activation(ex, out_name, main, act, node.attrs.get("act_alpha", 0.2))
+
+
+def _prelu(ex: _Exporter, name: str, x: Entry, slopes: np.ndarray) -> Entry:
+    """``LeakyReLU(act_type="prelu")``: one slope per channel of axis 1, in the variable
+    ``<name>_gamma``."""
+    gamma = ex.variable(ex.fresh(f"{name}_gamma"), slopes)
+    return ex.add(name, "LeakyReLU", [x, gamma], {"act_type": "prelu"})
+
+
+def _standalone_prelu(ex: _Exporter, node: Node, out_name: str) -> None:
+    shape, alpha = ex.shape(node.inputs[0]), np.asarray(ex.graph.params[node.inputs[1]], np.float32)
+    full = alpha.reshape((1,) * (len(shape) - alpha.ndim) + alpha.shape) if alpha.ndim <= len(shape) else alpha
+    if len(shape) < 2 or full.ndim != len(shape) or any(d != 1 for k, d in enumerate(full.shape) if k != 1):
+        raise ModelError(f"{node.name}: PRelu with slopes of shape {alpha.shape} on a tensor of shape "
+                         f"{shape} has no MXNet op (LeakyReLU prelu takes one slope per channel of axis 1)")
+    slopes = np.ascontiguousarray(np.broadcast_to(full.reshape(-1), (shape[1],)))
+    _prelu(ex, out_name, ex.entry(node.inputs[0]), slopes)
 
 
 def _explicit_pad(ex: _Exporter, x: Entry, name: str, pads, value: float) -> Entry:
@@ -289,7 +310,7 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
     "Flatten": _one_input("Flatten"),
     "Transpose": _one_input("transpose", lambda ex, n: {"axes": tuple_str(n.attrs["perm"])}),
     "Squeeze": _one_input("squeeze", lambda ex, n: {"axis": tuple_str(n.attrs["axes"])}),
-    "Pad": _pad, "BatchNorm": _batchnorm, "Opaque": _opaque,
+    "Pad": _pad, "BatchNorm": _batchnorm, "Opaque": _opaque, "PRelu": _standalone_prelu,
 }
 _EXPORTERS.update({op: _one_input("Activation", (lambda t: lambda ex, n: {"act_type": t})(act))
                    for op, act in _ACT_TYPES.items()})

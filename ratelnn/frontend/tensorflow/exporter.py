@@ -136,8 +136,24 @@ def _bias_act(ex: _Exporter, node: Node, x: str, layout: str, out_name: str) -> 
             x = ex.add(name, "Relu6", [x], T=_dtype("float32"))
         elif step == "leaky_relu":
             x = ex.add(name, "LeakyRelu", [x], T=_dtype("float32"), alpha=float(node.attrs.get("act_alpha", 0.2)))
+        elif step == "prelu":
+            slopes = np.asarray(node.attrs["act_alpha"], np.float32).reshape(-1)
+            if layout == "NCHW" and node.op == "Conv2D":
+                slopes = slopes.reshape(-1, 1, 1)
+            x = _prelu_nodes(ex, x, ex.const(f"{out_name}/alpha", slopes), name)
         else:
             raise ModelError(f"{node.name}: unknown fused activation {step!r}")
+
+
+def _prelu_nodes(ex: _Exporter, x: str, alpha: str, out_name: str) -> str:
+    """``Relu(x) - alpha * Relu(-x)`` (exactly ``x if x >= 0 else alpha*x`` for any slope
+    sign); the Sub is ``out_name``.  ``fuse_prelu`` recognises this form on import."""
+    f32 = _dtype("float32")
+    positive = ex.add(ex.fresh(f"{out_name}/positive"), "Relu", [x], T=f32)
+    negated = ex.add(ex.fresh(f"{out_name}/negated"), "Neg", [x], T=f32)
+    magnitude = ex.add(ex.fresh(f"{out_name}/negative_magnitude"), "Relu", [negated], T=f32)
+    scaled = ex.add(ex.fresh(f"{out_name}/scaled"), "Mul", [alpha, magnitude], T=f32)
+    return ex.add(out_name, "Sub", [positive, scaled], T=f32)
 
 
 def _main_name(ex: _Exporter, node: Node, out_name: str) -> str:
@@ -327,6 +343,7 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
                                        data_format=n.attrs.get("layout", "NHWC")),
     "LeakyRelu": lambda ex, n, o: ex.add(o, "LeakyRelu", [ex.ref(n.inputs[0])], T=ex.dtype_of(n.inputs[0]),
                                          alpha=float(n.attrs.get("alpha", 0.2))),
+    "PRelu": lambda ex, n, o: _prelu_nodes(ex, ex.ref(n.inputs[0]), ex.ref(n.inputs[1]), o),
     "Softmax": _softmax, "BatchNorm": _batchnorm, "Concat": _concat, "Pad": _pad, "Flatten": _flatten,
     "Mean": _with_const("Mean", lambda n: list(n.attrs["axes"]), "Tidx",
                         keep_dims=lambda n: bool(n.attrs.get("keepdims", False))),
