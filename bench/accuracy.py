@@ -1,13 +1,17 @@
 """Accuracy of ratelnn's INT8 models against FP32 and TFLite full-integer PTQ.
 
-For each model (the Fashion-MNIST CNN of ratelnn.testing; the pretrained MTCNN R-Net of
-bench/real_models.py on scikit-image's lfw_subset face/non-face crops) and each
-``quantize_algorithm``: calibrate on the same calibration batches (``ConvertImpl.calibrate``),
-then top-1 of the quantized model (``to_quant``) and of the compiled model (``to_npu``,
-engines on the emulated NPU), beside TFLite's full-integer post-training quantization with
-``representative_dataset`` = the same batches.  A method that fails is reported with its
-error.  Then ``analyze()`` on the naive model, and the naive model again with its
-suggested ``layer_configs`` (int16/fp32 layers).
+Cases: the Fashion-MNIST CNN of ratelnn.testing; the pretrained MTCNN R-Net of
+bench/real_models.py on scikit-image's lfw_subset face/non-face crops; the pretrained ``fer``
+emotion mini-Xception on lfw_subset faces, scored as agreement with its own FP32 top-1 (no
+labelled emotion data offline).  For each case: calibrate once (``ConvertImpl.calibrate``;
+every method reads the same statistics), then top-1 of the quantized model (``to_quant``)
+and of the compiled model (``to_npu``, engines on the emulated NPU) for each
+``quantize_algorithm`` with ``auto_int16`` off, then naive with ``auto_int16`` on (default
+and with a raised budget), naive with the worst layers named by ``analyze()`` forced to
+int16 through ``layer_configs``, naive with ``analyze()``'s own suggestions (int16 or fp32),
+and naive with every activation in int16 (the most int16 can recover).  Beside them TFLite's
+full-integer post-training quantization with ``representative_dataset`` = the same
+calibration images.  A configuration that fails is reported with its error.
 
 Writes docs/benchmarks-accuracy.md.
 
@@ -49,7 +53,16 @@ def rnet_case():
     return "MTCNN R-Net (pretrained), lfw_subset face/non-face", load_rnet(), x_cal, x_test, y_test
 
 
-def top1(framework_model, input_name, output_name, x, y) -> float:
+def emotion_case():
+    """Labels = the FP32 model's own top-1: the metric is agreement with FP32."""
+    from real_models import lfw_emotion_crops, load_emotion
+    x_cal, x_test = lfw_emotion_crops()
+    return ("fer mini-Xception emotion (pretrained), lfw_subset faces, agreement with FP32 top-1",
+            load_emotion(), x_cal, x_test, None)
+
+
+def predict(framework_model, input_name, output_name, x) -> np.ndarray:
+    """``output_name`` of the model on every sample of ``x``, fed BATCH at a time."""
     from ratelnn.runners import run_model
     scores = []
     for start in range(0, len(x), BATCH):
@@ -58,7 +71,12 @@ def top1(framework_model, input_name, output_name, x, y) -> float:
         if n < BATCH:
             batch = np.concatenate([batch, np.repeat(batch[-1:], BATCH - n, 0)])
         scores.append(run_model("tensorflow", framework_model, {input_name: batch}, [output_name])[0][:n])
-    return 100.0 * float(np.mean(np.argmax(np.concatenate(scores), 1) == y))
+    return np.concatenate(scores)
+
+
+def top1(framework_model, input_name, output_name, x, y) -> float:
+    """Top-1 accuracy in percent of the model on ``x`` against labels ``y``."""
+    return 100.0 * float(np.mean(np.argmax(predict(framework_model, input_name, output_name, x), 1) == y))
 
 
 def tflite_top1(model, x_cal, x, y) -> float:
@@ -82,13 +100,32 @@ def tflite_top1(model, x_cal, x, y) -> float:
     return 100.0 * float(np.mean(np.array(preds) == y))
 
 
+# Activation-producing IR ops that layer_configs can force to int16 (every quantized op
+# that is not scale-preserving): the "all activations int16" row.
+INT16_OP_TYPES = ("Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "AvgPool", "Mean", "Sigmoid",
+                  "Tanh", "Softmax", "LeakyRelu", "Relu", "Relu6")
+WORST_LAYERS = 3
+
+
+def worst_layers_int16(report) -> list:
+    """``layer_configs`` forcing to int16 the (at most WORST_LAYERS) layers ``analyze()``
+    ranks worst by SQNR drop among those losing at least SUGGEST_DROP_DB."""
+    from ratelnn.analysis import SUGGEST_DROP_DB
+    return [{"layer_name": r.name, "data_type": "int16"} for r in report.worst(WORST_LAYERS)
+            if r.sqnr_drop_db >= SUGGEST_DROP_DB]
+
+
 def evaluate_case(name, model, x_cal, x_test, y_test, lines):
+    """Append the case's table to ``lines``; ``y_test`` None scores agreement with FP32."""
     import ratelnn
+    from ratelnn.errors import CalibrationError
     from ratelnn.frontend.tensorflow import converter, freeze_keras
     ratelnn.tf_init()
     graph_def, inputs, outputs = freeze_keras(model, [[BATCH, *x_cal.shape[1:]]])
-    inp, out = inputs[0], outputs[0]
-    base = {"input_nodes": inputs, "output_nodes": outputs, "input_shapes": [[BATCH, *x_cal.shape[1:]]]}
+    inp, out = inputs[0], outputs[-1]
+    base = {"input_nodes": inputs, "output_nodes": [out], "input_shapes": [[BATCH, *x_cal.shape[1:]]]}
+    if y_test is None:
+        y_test = np.argmax(predict(graph_def, inp, out, x_test), 1)
     fp32 = top1(graph_def, inp, out, x_test, y_test)
     try:
         tfl = f"{tflite_top1(model, x_cal, x_test, y_test):.2f}"
@@ -97,38 +134,58 @@ def evaluate_case(name, model, x_cal, x_test, y_test, lines):
     print(f"{name}: FP32 {fp32:.2f}, TFLite {tfl}", flush=True)
     lines.append(f"\n### {name}\n\n{len(x_test)} test images, {len(x_cal)} calibration images "
                  f"(batches of {BATCH}); FP32 top-1 {fp32:.2f}%; TFLite full-integer PTQ {tfl}%.\n")
-    lines.append("| method | INT8 quant top-1 | INT8 npu top-1 | quant - FP32 | note |")
+    lines.append("| configuration | INT8 quant top-1 | INT8 npu top-1 | quant - FP32 | note |")
     lines.append("|---|---:|---:|---:|---|")
-    naive_conv = None
-    for method in METHODS:
-        cfg = dict(base, output_dir=tempfile.mkdtemp(prefix=f"acc-{method}-"), quantize_algorithm=method)
+    stats_dir = tempfile.mkdtemp(prefix="acc-stats-")
+    converter(graph_def, dict(base, output_dir=stats_dir)).calibrate(x_cal, progress=False)
+    naive_q = None
+
+    def row(label, note="", **settings):
         try:
-            conv = converter(graph_def, cfg)
-            conv.calibrate(x_cal, progress=False)
-            q = top1(conv.to_quant(), inp, out, x_test, y_test)
+            conv = converter(graph_def, dict(base, output_dir=stats_dir, **settings))
+            try:
+                graph_quant = conv.to_quant()
+            except CalibrationError:   # fp32 layers make new border tensors: calibrate them
+                conv = converter(graph_def, dict(base, output_dir=tempfile.mkdtemp(prefix="acc-"), **settings))
+                conv.calibrate(x_cal, progress=False)
+                graph_quant = conv.to_quant()
+            q = top1(graph_quant, inp, out, x_test, y_test)
             try:
                 npu = f"{top1(conv.to_npu(), inp, out, x_test, y_test):.2f}"
             except Exception as e:
                 npu = f"failed: {type(e).__name__}: {str(e)[:80]}"
-            lines.append(f"| {method} | {q:.2f} | {npu} | {q - fp32:+.2f} | |")
-            if method == "naive":
-                naive_conv, naive_q = conv, q
+            lines.append(f"| {label} | {q:.2f} | {npu} | {q - fp32:+.2f} | {note} |")
         except Exception as e:
-            lines.append(f"| {method} | - | - | - | failed: {type(e).__name__}: {str(e)[:100]} |")
+            conv, q = None, None
+            lines.append(f"| {label} | - | - | - | failed: {type(e).__name__}: {str(e)[:100]} {note} |")
         print(lines[-1], flush=True)
+        return conv, q
+
+    naive_conv, naive_q = row("naive", quantize_algorithm="naive", auto_int16=False)
+    for method in METHODS[1:]:
+        row(method, quantize_algorithm=method, auto_int16=False)
+    row("naive + auto_int16", "defaults: < 25 dB, at most 10% of tensors")
+    row("naive + auto_int16 (40 dB, any number)", "auto_int16_sqnr_db 40, auto_int16_max_fraction 1",
+        auto_int16_sqnr_db=40.0, auto_int16_max_fraction=1.0)
     if naive_conv is None:
         return
     report = naive_conv.analyze(x_cal[:BATCH * 4])
-    worst = ", ".join(f"{r.name} ({r.sqnr_drop_db:.1f} dB)" for r in report.worst(3))
-    lines.append(f"\n`analyze()` on naive: output SQNR {report.output_similarity[out]['sqnr_db']:.1f} dB; "
-                 f"worst layers by SQNR drop: {worst}; suggested layer_configs: {report.layer_configs()}.")
-    if report.layer_configs():
-        cfg = dict(base, output_dir=tempfile.mkdtemp(prefix="acc-fix-"), layer_configs=report.layer_configs())
-        conv = converter(graph_def, cfg)
-        conv.calibrate(x_cal, progress=False)
-        fixed = top1(conv.to_quant(), inp, out, x_test, y_test)
-        lines.append(f"With them: INT8 quant top-1 {fixed:.2f}% (naive {naive_q:.2f}%, FP32 {fp32:.2f}%).")
-    print("\n".join(lines[-2:]), flush=True)
+    worst = worst_layers_int16(report)
+    if worst:
+        row("naive + analyze() worst layers int16", ", ".join(w["layer_name"].split("/", 1)[-1] for w in worst),
+            auto_int16=False, layer_configs=worst)
+    if report.layer_configs() and report.layer_configs() != worst:
+        row("naive + analyze() suggestions", "; ".join(f"{c['layer_name'].split('/', 1)[-1]}: {c['data_type']}"
+                                                       for c in report.layer_configs()),
+            auto_int16=False, layer_configs=report.layer_configs())
+    row("naive + all activations int16", "layer_configs op_type int16 for every quantized op",
+        auto_int16=False, layer_configs=[{"op_type": list(INT16_OP_TYPES), "data_type": "int16"}])
+    listed = ", ".join(f"`{r.name}` ({r.sqnr_drop_db:.1f} dB)" for r in report.worst(3))
+    lines.append(f"\n`analyze()` on naive ({report.num_samples} calibration images): output SQNR "
+                 f"{report.output_similarity[out]['sqnr_db']:.1f} dB, top-1 agreement "
+                 f"{100 * report.output_similarity[out].get('top1_agreement', float('nan')):.1f}%; "
+                 f"worst layers by SQNR drop: {listed}; its suggestions: {report.layer_configs()}.")
+    print(lines[-1], flush=True)
 
 
 def main() -> None:
@@ -141,8 +198,21 @@ def main() -> None:
              "TFLite: `TFLiteConverter.from_keras_model`, full-integer (int8 in/out) PTQ with the same "
              "calibration images as `representative_dataset`."]
     start = time.time()
-    for case in (fashion_case(args.fashion_test), rnet_case()):
-        evaluate_case(*case, lines)
+    for make_case in (lambda: fashion_case(args.fashion_test), rnet_case, emotion_case):
+        evaluate_case(*make_case(), lines)
+    lines.append(
+        "\n### Where int16 wins INT8 losses back, and where it does not\n\n"
+        "The emotion model is the real case where naive INT8 loses more than 1 point (TFLite's "
+        "int8 PTQ loses about as much). No threshold method wins it back. int16 recovers part "
+        "of it only when it covers many tensors (`auto_int16` with a raised threshold and "
+        "budget, or every activation in int16); the layers `analyze()` ranks worst, in int16, "
+        "do not move the agreement measurably, because the loss is not one broken layer: "
+        "`analyze()` shows ~30 layers of 22-30 dB each (int8 per-tensor activations after "
+        "depthwise convs), the noise adds up to ~23 dB at the output, and 4% of the test crops "
+        "have an FP32 top-1 margin below 0.02 (blurry 25x25 faces upscaled to 64x64). The "
+        "analyze -> int16 flow that recovers a single bad layer is shown on a synthetic model "
+        "(tests/test_calibrate_analyze.py), not on these real models: on Fashion-MNIST and "
+        "R-Net no method loses even 1 point.")
     lines.append(f"\nTotal time {time.time() - start:.0f} s.")
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC}")
