@@ -20,7 +20,8 @@ def model_name(config: Mapping[str, Any]) -> str:
 
 
 class ModelHandler(abc.ABC):
-    """Translation between one framework and the IR."""
+    """Translation between one framework and the IR; a frontend implements
+    :meth:`translate`, :meth:`export_graph` and :meth:`ensure_ops`."""
 
     framework: str = ""
 
@@ -29,19 +30,41 @@ class ModelHandler(abc.ABC):
         """Load the framework's custom-op library (tf_init / mx_init)."""
 
     @abc.abstractmethod
-    def import_graph(self, graph_def: Any, config: config_mod.QuantConfig) -> Graph:
-        """Framework model -> optimised float IR (input shapes specialised, passes run).
+    def translate(self, model: Any, config: config_mod.QuantConfig) -> Graph:
+        """Framework model -> IR as it is (input shapes specialised, no passes).
 
         Raises ModelError for unknown input/output nodes, wrong input rank, non-frozen graphs.
         """
 
     @abc.abstractmethod
-    def import_quantized(self, graph_quant: Any, config: config_mod.QuantConfig) -> Graph:
-        """A quantized model made by ``to_quant`` -> quantized IR (qparams recovered)."""
-
-    @abc.abstractmethod
     def export_graph(self, graph: Graph) -> Any:
         """IR (possibly holding MinMax/Quant/Dequant/Engine nodes) -> framework model."""
+
+    def import_graph(self, graph_def: Any, config: config_mod.QuantConfig) -> Graph:
+        """Framework model -> optimised float IR (the default passes of docs/ir.md)."""
+        from .ir.passes import run_default_passes
+        return _validated(run_default_passes(self.translate(graph_def, config)))
+
+    def import_quantized(self, graph_quant: Any, config: config_mod.QuantConfig) -> Graph:
+        """A quantized model made by ``to_quant`` -> IR keeping its Quant/Dequant structure,
+        ``qparams`` filled from it (``strip_qdq`` turns it into quantized IR)."""
+        from .ir.passes import remove_identity
+        from .quantization.recover import record_qdq_qparams
+        graph = self.translate(graph_quant, config)
+        remove_identity(graph)
+        graph.prune()
+        record_qdq_qparams(graph)
+        return _validated(graph)
+
+
+def _validated(graph: Graph) -> Graph:
+    from .errors import ModelError
+    from .ir import GraphError
+    try:
+        graph.validate()
+    except GraphError as e:
+        raise ModelError(f"the translated graph is invalid: {e}") from e
+    return graph
 
 
 class ConvertImpl:

@@ -25,6 +25,17 @@ def _qparams(dtype: str, attrs: Dict) -> QParams:
     return QParams(dtype, float(np.float32(attrs["scale"])))
 
 
+def record_qdq_qparams(graph: Graph) -> None:
+    """Fill ``graph.qparams`` of an imported quantized model from its nodes: the output of
+    every ``Quant`` and every integer param read by a ``Dequant``."""
+    for node in graph.nodes:
+        if node.op == "Quant":
+            graph.qparams[node.outputs[0]] = _qparams(node.attrs["dtype"], node.attrs)
+        elif node.op == "Dequant" and graph.is_param(node.inputs[0]):
+            param = node.inputs[0]
+            graph.qparams[param] = _qparams(str(graph.params[param].dtype), node.attrs)
+
+
 def _single_producer(graph: Graph, tensor: str) -> Optional[Node]:
     node = graph.producer(tensor)
     return node if node is not None and len(node.outputs) == 1 else None
