@@ -167,28 +167,11 @@ def _tf_graph_pb2():
 def read_mx_checkpoint(prefix: str) -> Tuple[str, Dict[str, np.ndarray], Dict[str, np.ndarray]]:
     """``(symbol JSON text, arg_params, aux_params)`` (numpy) of ``<prefix>-symbol.json`` +
     ``<prefix>-0000.params``.  A compiled model whose weights all live in its engines has
-    no params: MXNet saves that as an empty list, read here as empty dicts."""
-    from .errors import ModelError
-    from .mxnet_compat import import_mxnet
-    mx = import_mxnet()
-    params_path = f"{prefix}-0000.params"
-    _existing(params_path, "MXNet params file")
-    text = Path(f"{prefix}-symbol.json").read_text()
-    try:
-        saved = mx.nd.load(params_path)
-    except mx.base.MXNetError as e:
-        raise ModelError(f"{params_path}: not an MXNet params file: {str(e).splitlines()[0]}") from None
-    if isinstance(saved, list) and not saved:
-        return text, {}, {}
-    if not isinstance(saved, dict):
-        raise ModelError(f"{params_path}: holds a list of arrays, not named arg:/aux: params")
-    arg_params, aux_params = {}, {}
-    for key, value in saved.items():
-        kind, _, name = key.partition(":")
-        if kind not in ("arg", "aux") or not name:
-            raise ModelError(f"{params_path}: key {key!r} is not 'arg:<name>' or 'aux:<name>'")
-        (arg_params if kind == "arg" else aux_params)[name] = value.asnumpy()
-    return text, arg_params, aux_params
+    no params (empty dicts)."""
+    from .frontend.mxnet.model import read_checkpoint
+    _existing(f"{prefix}-0000.params", "MXNet params file")
+    sym_json, arg_params, aux_params = read_checkpoint(prefix)
+    return json.dumps(sym_json), arg_params, aux_params
 
 
 def load_mx_tuple(prefix: str) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:

@@ -6,7 +6,7 @@ import dataclasses
 import glob
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -80,6 +80,12 @@ def _numpy_params(params: Optional[Mapping[str, Any]], what: str) -> Dict[str, n
 
 
 def _load_checkpoint(prefix: str) -> MXModel:
+    return _parse(*read_checkpoint(prefix))
+
+
+def read_checkpoint(prefix: str) -> Tuple[Any, Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+    """``(symbol JSON as parsed, arg_params, aux_params)`` (numpy) of ``<prefix>-symbol.json``
+    and ``<prefix>-0000.params`` (else the newest epoch); ModelError names a bad file."""
     mx = import_mxnet()
     sym_path = f"{prefix}-symbol.json"
     epoch0 = f"{prefix}-0000.params"
@@ -107,7 +113,7 @@ def _load_checkpoint(prefix: str) -> MXModel:
         if kind not in ("arg", "aux") or not name:
             raise ModelError(f"{params_path}: key {key!r} is not 'arg:<name>' or 'aux:<name>'")
         (arg_params if kind == "arg" else aux_params)[name] = value.asnumpy()
-    return _parse(sym_json, arg_params, aux_params)
+    return sym_json, arg_params, aux_params
 
 
 def _parse(sym_json: Any, arg_params: Dict[str, np.ndarray], aux_params: Dict[str, np.ndarray]) -> MXModel:
