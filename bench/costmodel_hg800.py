@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import os
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

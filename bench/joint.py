@@ -19,41 +19,7 @@ from _report import write_section  # noqa: E402
 from ratelnn.joint import ModelSpec, compare, plan  # noqa: E402
 from ratelnn.npu.costmodel import LayerCost, LayerTable, layers_from_keras  # noqa: E402
 from ratelnn.npu.device import ENV_DEVICES  # noqa: E402
-
-
-def cnn(name, hw, widths, fc=(), gap=False, cin=3):
-    """Synthetic conv net: 3x3 convs ('M' = 2x2 pool), optional global pool, dense layers."""
-    layers, h, c = [], hw, cin
-    for i, w in enumerate(widths):
-        if w == "M":
-            layers.append(LayerCost("pool", h * h * c, 0, h * h * c, (h // 2) ** 2 * c, name=f"{name}_pool{i}"))
-            h //= 2
-            continue
-        layers.append(LayerCost("conv", h * h * 9 * c * w, 9 * c * w + 4 * w, h * h * c, h * h * w, 8, c, w, 9,
-                                h * h, name=f"{name}_conv{i}"))
-        c = w
-    if gap:
-        layers.append(LayerCost("pool", h * h * c, 0, h * h * c, c, name=f"{name}_gap"))
-        h = 1
-    n = h * h * c
-    for j, f in enumerate(fc):
-        layers.append(LayerCost("fc", n * f, n * f + 4 * f, n, f, 8, n, f, 1, 1, name=f"{name}_fc{j}"))
-        n = f
-    return layers
-
-
-def synthetic_video(suffix=""):
-    big = [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"]
-    return [
-        ModelSpec("detector" + suffix, cnn("det", 160, [32, "M", 64, 64, "M", 128, 128, "M", 256, 256, 256, "M",
-                                                        512, 512, 512])),
-        ModelSpec("attributes" + suffix, cnn("attr", 64, [32, "M", 64, "M", 128, "M", 128], (256, 10), True),
-                  invocations_per_frame=8),
-        ModelSpec("reid_big" + suffix, cnn("big", 128, big, (4096, 4096, 1000))),
-        ModelSpec("classifier" + suffix, cnn("cls", 112, [32, "M", 64, "M", 128, 128, "M", 256, 256], (1000,), True)),
-        ModelSpec("ocr" + suffix, cnn("ocr", 64, [32, 32, "M", 64, 64, "M", 128], (512, 100), True)),
-        ModelSpec("plate" + suffix, cnn("plate", 96, [16, "M", 32, "M", 64], (64,), True)),
-    ]
+from ratelnn.testing.joint_scenarios import video_pipeline  # noqa: E402
 
 
 def keras_video():
@@ -134,8 +100,8 @@ def main() -> None:
              "groupings is at most 20,000, else greedy + local search).", ""]
     try:
         run("Video pipeline, Keras architectures, one 4-core device", keras_video(), {0: 4}, "4", lines)
-        run("Video pipeline, synthetic conv nets, one 4-core device", synthetic_video(), {0: 4}, "4", lines)
-        run("12 models on two 4-core devices", synthetic_video() + synthetic_video("_b"), {0: 4, 1: 4}, "4,4",
+        run("Video pipeline, synthetic conv nets, one 4-core device", video_pipeline(), {0: 4}, "4", lines)
+        run("12 models on two 4-core devices", video_pipeline() + video_pipeline("_b"), {0: 4, 1: 4}, "4,4",
             lines)
         run("Two weight-streaming models on a 2-core device (host-link bound)", streaming_pair(), {0: 2}, "4",
             lines)

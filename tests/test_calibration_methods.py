@@ -14,7 +14,7 @@ import pytest
 import ratelnn
 from ratelnn.calibration.histogram import BINS, AbsHistogram, decode_bins, encode_bins, \
     range_exp_for
-from ratelnn.calibration.stats import TensorStats, load_statistics, read_statistics_file
+from ratelnn.calibration.stats import TensorStats, load_statistics
 from ratelnn.errors import CalibrationError
 from ratelnn.quantization import thresholds as th
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pytest
 
 import ratelnn
 from ratelnn.calibration.stats import load_statistics
@@ -65,7 +64,6 @@ def only_engine(graph):
 
 
 def test_keras_and_gluon_engines_agree_bit_for_bit(fashion_mnist, tmp_path):
-    import tensorflow as tf  # noqa: F401  (Keras backend)
     from ratelnn.frontend.mxnet import converter as mx_converter
     from ratelnn.frontend.tensorflow import converter as tf_converter, freeze_keras
     from ratelnn.mxnet_compat import import_mxnet

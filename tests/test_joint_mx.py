@@ -29,7 +29,7 @@ def joint(tmp_path_factory):
         prefix = str(tmp / f"net{i}")
         net.export(prefix)
         models.append(prefix)
-        configs.append({"input_nodes": ["data"], "output_nodes": [f"fcnn_dense0_fwd"],
+        configs.append({"input_nodes": ["data"], "output_nodes": ["fcnn_dense0_fwd"],
                         "input_shapes": [[4, 1, 28, 28]], "output_dir": str(tmp / f"out{i}"),
                         "model_name": f"gluon{i}", "invocations_per_frame": inv})
     jc = joint_converter(models, configs, device_info={0: 4})

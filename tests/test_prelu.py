@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from ratelnn.compiler import compile_graph, run_compiled
+from ratelnn.compiler import compile_graph
 from ratelnn.ir import Graph, Node, TensorInfo
 from ratelnn.ir.evaluate import evaluate, evaluate_node
 from ratelnn.npu.engine import EngineBuilder, EngineError, qabs, qrange, quantize_multiplier

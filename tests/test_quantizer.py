@@ -8,7 +8,6 @@ import os
 import numpy as np
 import pytest
 
-from ratelnn.config import ConfigError
 from ratelnn.errors import CalibrationError
 from ratelnn.ir import Graph, Node, TensorInfo
 from ratelnn.ir.evaluate import evaluate, evaluate_node

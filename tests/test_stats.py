@@ -17,7 +17,6 @@ from ratelnn.errors import CalibrationError
 from helpers_stats import TENSORS, calibration_graph, expected_ranges, finish, \
     random_batches, start_calibration, stats_files, write_stats_file
 
-import tensorflow as tf
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,14 @@
 #include "core/minmax.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <mutex>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "core/float_env.h"
 
@@ -57,18 +62,55 @@ inline uint32_t ScalarBinIndex(float v, float scale) {
   return std::min(static_cast<uint32_t>(static_cast<int32_t>(scaled)), kLastBin);
 }
 
-// Elements per block of ScanAndCount: the block's counter slots (2 bytes each) stay in L1.
+// Elements per block of ScanAndCount: the block's counter slots (4 bytes each) stay in L1.
 constexpr int64_t kSlotBlock = 1024;
-typedef uint16_t SlotLanes __attribute__((vector_size(16)));
+
+#if defined(__AVX2__)
+// kCompactLanes[mask]: the lanes whose bit is set in `mask`, in order, then the others
+// (for _mm256_permutevar8x32_epi32, which moves those lanes to the front).
+constexpr std::array<std::array<int32_t, kLaneCount>, 256> CompactLanePermutations() {
+  std::array<std::array<int32_t, kLaneCount>, 256> table{};
+  for (int mask = 0; mask < 256; ++mask) {
+    int front = 0, back = __builtin_popcount(mask);
+    for (int lane = 0; lane < kLaneCount; ++lane) {
+      table[mask][(mask >> lane) & 1 ? front++ : back++] = lane;
+    }
+  }
+  return table;
+}
+alignas(32) constexpr std::array<std::array<int32_t, kLaneCount>, 256> kCompactLanes =
+    CompactLanePermutations();
+#endif
+
+// Appends to slots[*written ...] the slot of every lane whose bin is not 0, in lane order.
+// Writes kLaneCount slots at slots + *written whatever the count (the caller leaves room).
+inline void AppendNonZeroBinSlots(const UIntLanes& bin, const UIntLanes& slot, uint32_t* slots,
+                                  int64_t* written) {
+#if defined(__AVX2__)
+  const __m256i bin_vec = reinterpret_cast<__m256i>(bin);
+  const __m256i in_bin_0 = _mm256_cmpeq_epi32(bin_vec, _mm256_setzero_si256());
+  const int keep = ~_mm256_movemask_ps(_mm256_castsi256_ps(in_bin_0)) & 0xff;
+  const __m256i order = _mm256_load_si256(
+      reinterpret_cast<const __m256i*>(kCompactLanes[keep].data()));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(slots + *written),
+                      _mm256_permutevar8x32_epi32(reinterpret_cast<__m256i>(slot), order));
+  *written += __builtin_popcount(keep);
+#else
+  for (int j = 0; j < kLaneCount; ++j) {
+    slots[*written] = slot[j];
+    *written += bin[j] != 0;
+  }
+#endif
+}
 
 // One pass over x[0, n), n > 0: the range, and |x| binned with `scale` = 2^(11 - range_exp)
 // into counts[k * kCopies + copy] (copy = lane % kCopies). Min/max use two accumulators of
 // kLaneCount lanes, as ScanRange. Per block, a vector loop computes the range and the
-// counter slot of every element; then a scalar loop increments the counters: one load and
-// one read-modify-write per element, with no dependency on the vector work.
+// counter slot of every element not in bin 0 (those are only counted: ReLU outputs are
+// about half exact zeros); then a scalar loop increments the counters of the others: one
+// load and one read-modify-write per element, with no dependency on the vector work.
 template <int kCopies, typename Count>
 BatchRange ScanAndCount(const float* x, int64_t n, float scale, Count* counts) {
-  static_assert(kHistogramBins * kCopies <= 65536, "counter slots must fit in 16 bits");
   ScopedExactFloatEnv exact_float;  // denormals compare as themselves, not as zero
   BatchRange r{x[0], x[0], true};
   const int64_t full = n - n % (2 * kLaneCount);
@@ -78,10 +120,12 @@ BatchRange ScanAndCount(const float* x, int64_t n, float scale, Count* counts) {
     copy_offset = copy_offset % kCopies;
     Lanes min0 = LoadLanes(x), max0 = min0, min1 = min0, max1 = min0;
     UIntLanes non_finite = {};
-    alignas(32) uint16_t slots[kSlotBlock];
+    int64_t bin_0_count = 0;
+    alignas(32) uint32_t slots[kSlotBlock];
     for (int64_t block = 0; block < full; block += kSlotBlock) {
       const int64_t block_size = std::min(kSlotBlock, full - block);
       const float* xb = x + block;
+      int64_t written = 0;  // <= i below, so every 8-slot store stays inside `slots`
       for (int64_t i = 0; i < block_size; i += 2 * kLaneCount) {
         const Lanes a = LoadLanes(xb + i), b = LoadLanes(xb + i + kLaneCount);
         min0 = a < min0 ? a : min0;
@@ -92,15 +136,15 @@ BatchRange ScanAndCount(const float* x, int64_t n, float scale, Count* counts) {
         const UIntLanes abs_b = reinterpret_cast<UIntLanes>(b) & kAbsMask;
         non_finite |= reinterpret_cast<UIntLanes>(abs_a >= kNonFiniteBits);
         non_finite |= reinterpret_cast<UIntLanes>(abs_b >= kNonFiniteBits);
-        const SlotLanes slot_a = __builtin_convertvector(
-            BinIndex(abs_a, scale_lanes) * kCopies + copy_offset, SlotLanes);
-        const SlotLanes slot_b = __builtin_convertvector(
-            BinIndex(abs_b, scale_lanes) * kCopies + copy_offset, SlotLanes);
-        std::memcpy(slots + i, &slot_a, sizeof(slot_a));
-        std::memcpy(slots + i + kLaneCount, &slot_b, sizeof(slot_b));
+        const UIntLanes bin_a = BinIndex(abs_a, scale_lanes);
+        const UIntLanes bin_b = BinIndex(abs_b, scale_lanes);
+        AppendNonZeroBinSlots(bin_a, bin_a * kCopies + copy_offset, slots, &written);
+        AppendNonZeroBinSlots(bin_b, bin_b * kCopies + copy_offset, slots, &written);
       }
-      for (int64_t i = 0; i < block_size; ++i) ++counts[slots[i]];
+      bin_0_count += block_size - written;
+      for (int64_t i = 0; i < written; ++i) ++counts[slots[i]];
     }
+    counts[0] += bin_0_count;
     for (int j = 0; j < kLaneCount; ++j) {
       r.min = std::fmin(r.min, std::fmin(min0[j], min1[j]));
       r.max = std::fmax(r.max, std::fmax(max0[j], max1[j]));

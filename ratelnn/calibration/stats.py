@@ -106,18 +106,18 @@ def _tensor_stats(path: Path, name: str, entry: object) -> TensorStats:
     if not isinstance(entry, dict):
         raise _corrupt(path, f"tensor {name!r}: entry is not an object")
     values = {}
-    for field in _FLOAT_FIELDS + _INT_FIELDS:
-        value = entry.get(field)
+    for key in _FLOAT_FIELDS + _INT_FIELDS:
+        value = entry.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _corrupt(path, f"tensor {name!r}: field {field!r} missing or not a number")
+            raise _corrupt(path, f"tensor {name!r}: field {key!r} missing or not a number")
         if not math.isfinite(value):
             raise CalibrationError(f"non-finite statistic in {path}: tensor {name!r} "
-                                   f"{field} = {value}")
-        if field in _INT_FIELDS and (not isinstance(value, int) or value <= 0):
-            raise _corrupt(path, f"tensor {name!r}: {field} = {value!r} is not a positive "
+                                   f"{key} = {value}")
+        if key in _INT_FIELDS and (not isinstance(value, int) or value <= 0):
+            raise _corrupt(path, f"tensor {name!r}: {key} = {value!r} is not a positive "
                                  "integer")
         # statistics are float32 quantities written with %.9g: round back to float32
-        values[field] = float(np.float32(value)) if field in _FLOAT_FIELDS else value
+        values[key] = float(np.float32(value)) if key in _FLOAT_FIELDS else value
     stats = TensorStats(**values, histogram=_histogram(path, name, entry, values["count"]))
     if stats.min > stats.max:
         raise _corrupt(path, f"tensor {name!r}: min {stats.min} > max {stats.max}")
