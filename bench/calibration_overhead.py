@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from _report import write_section
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
-SECTION_START = "<!-- calibration-overhead: start (written by bench/calibration_overhead.py) -->"
-SECTION_END = "<!-- calibration-overhead: end -->"
 BATCH = 8
 IMAGE_SHAPE = (224, 224, 3)
 CALIBRATION_BATCHES = 3
@@ -118,7 +118,6 @@ def report(medians, threads: int, repeats: int, command: str) -> str:
 
     float_time = medians["float"]
     lines = [
-        SECTION_START,
         "## Calibration overhead (MobileNetV2, batch 8)",
         "",
         f"Command: `{command}`",
@@ -142,22 +141,8 @@ def report(medians, threads: int, repeats: int, command: str) -> str:
               "`float, optimised` is that model after ratelnn's graph passes (BatchNorm folded "
               "into convolutions, identities dropped), from which the calibration model is made "
               "by adding one RatelMinMax op per quantized tensor. The quantized model simulates "
-              "int8 with RatelQuant/RatelDequant ops around float kernels.", SECTION_END]
+              "int8 with RatelQuant/RatelDequant ops around float kernels."]
     return "\n".join(lines)
-
-
-def write_section(doc: Path, section: str) -> None:
-    """Replace the section between the markers in ``doc`` (append it if absent)."""
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    if SECTION_START in text and SECTION_END in text:
-        head, rest = text.split(SECTION_START, 1)
-        tail = rest.split(SECTION_END, 1)[1]
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = doc.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, doc)
 
 
 def main() -> int:
@@ -174,7 +159,7 @@ def main() -> int:
         medians = time_side_by_side(graphs, input_tensor, output_tensor, args.threads, args.repeats)
     command = "python bench/calibration_overhead.py " + " ".join(sys.argv[1:])
     section = report(medians, args.threads, args.repeats, command.strip())
-    write_section(args.doc, section)
+    write_section("calibration-overhead", section, args.doc)
     print(section)
     float_time = medians["float"]
     return 0 if all(medians[n] / float_time <= t for n, t in TARGETS.items()) else 1

@@ -39,6 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _report import write_section
 from typing import Callable, Dict, List, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -53,8 +55,6 @@ CALIBRATION_BATCHES = 2
 TARGET_TF = 1.0      # compiled / TF FP32 time
 TARGET_TFLITE = 1.5  # compiled / TFLite int8 time (direction)
 PROFILE_PREFIX = "npu-profile\t"
-SECTION_START = "<!-- emulator-speed: start (written by bench/emulator_speed.py) -->"
-SECTION_END = "<!-- emulator-speed: end -->"
 
 
 def random_images(count: int, seed: int) -> np.ndarray:
@@ -223,7 +223,7 @@ def cpu_name() -> str:
 
 def report(results, profiles, args, command: str) -> str:
     import tensorflow as tf
-    lines = [SECTION_START, "### Compiled model vs TF FP32 and TFLite int8", "",
+    lines = ["### Compiled model vs TF FP32 and TFLite int8", "",
              f"Command: `{command}`", "",
              f"Keras applications (weights=None, 224x224x3), {args.threads} threads for every contender, "
              f"median of {args.repeats} interleaved rounds (order rotating). TensorFlow {tf.__version__}, "
@@ -242,20 +242,7 @@ def report(results, profiles, args, command: str) -> str:
         lines += ["", "#### Where the compiled time goes (RATELNN_NPU_PROFILE=1)", ""]
         for (arch, batch), rows in profiles.items():
             lines.append(f"- {arch}, batch {batch}: " + " ".join(profile_summary(rows)))
-    return "\n".join(lines + [SECTION_END])
-
-
-def write_section(doc: Path, section: str) -> None:
-    """Replace the section between the markers in ``doc`` (append it if absent), atomically."""
-    text = doc.read_text() if doc.exists() else "# Emulator speed\n"
-    if SECTION_START in text and SECTION_END in text:
-        head, rest = text.split(SECTION_START, 1)
-        text = head + section + rest.split(SECTION_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = doc.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, doc)
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -295,7 +282,7 @@ def main() -> int:
     text = report(results, profiles, args, command.strip())
     print(text)
     if str(args.doc) != "-":
-        write_section(args.doc, text)
+        write_section("emulator-speed", text, args.doc)
     return 0 if all(r["medians"]["compiled"] <= TARGET_TF * r["medians"]["TF FP32"] for r in results) else 1
 
 
