@@ -33,6 +33,10 @@ MIN_SCALE = 2.0 ** -40
 AUTO_INT16_SQNR_DB = 25.0
 AUTO_INT16_MAX_FRACTION = 0.1
 
+# Largest bias code the weight scales are chosen for (half the int32 range: the accumulator
+# the bias is added to keeps room for the products).
+BIAS_CODE_LIMIT = 2.0 ** 30
+
 _DTYPE_OF_BITS = {8: "int8", 16: "int16"}
 _round_half_away = arith.ROUNDERS["half_away_from_zero"]
 
@@ -104,11 +108,14 @@ def _float_param(name: str, value: np.ndarray) -> np.ndarray:
     return value.astype(np.float32)
 
 
-def quantize_weight(w: np.ndarray, bits: int = 8, axis: Optional[int] = None) -> Tuple[np.ndarray, QParams]:
+def quantize_weight(w: np.ndarray, bits: int = 8, axis: Optional[int] = None,
+                    min_scale: Optional[np.ndarray] = None) -> Tuple[np.ndarray, QParams]:
     """Symmetric weight quantization, per channel along ``axis`` (None: per tensor).
 
-    scale_c = float32(max|w_c| / qmax); an all-zero channel gets scale 1.
-    Codes: round half away from zero of float32(w / scale_c), saturated.
+    scale_c = float32(max(max|w_c| / qmax, min_scale_c)); an all-zero channel gets scale 1.
+    ``min_scale`` (one value per channel, or one for per tensor) floors the scales: see
+    :func:`bias_weight_scale_floor`.  Codes: round half away from zero of float32(w / scale_c),
+    saturated.
     """
     if bits not in _DTYPE_OF_BITS:
         raise ConfigError(f"weights must have 8 or 16 bits, got num_bits={bits!r}")
@@ -122,10 +129,23 @@ def quantize_weight(w: np.ndarray, bits: int = 8, axis: Optional[int] = None) ->
         other = tuple(i for i in range(w.ndim) if i != axis)
         magnitudes = np.max(np.abs(w), axis=other, initial=0.0).astype(np.float64)
     scales = np.array([1.0 if m == 0 else scale_for(m, qmax) for m in magnitudes], dtype=np.float32)
+    if min_scale is not None:
+        floor = np.asarray(min_scale, np.float64)
+        floor = np.full(1, np.max(floor)) if axis is None else np.broadcast_to(floor, scales.shape)
+        scales = np.where(floor > scales, floor, scales).astype(np.float32)
     if axis is None:
         scale = float(scales[0])
         return arith.quantize(w, scale, dtype), QParams(dtype, scale)
     return arith.quantize(w, scales, dtype, axis=axis), QParams(dtype, scales, axis)
+
+
+def bias_weight_scale_floor(b: np.ndarray, input_scale: float) -> np.ndarray:
+    """Smallest weight scale per channel (float64, shape of ``b``) at which bias ``b`` fits in
+    BIAS_CODE_LIMIT codes at scale s_in * s_w: 16-bit weights, above all with int16 inputs,
+    make s_in * s_w so small that a plain bias would saturate int32 (coarser weights lose far
+    less than a clipped bias)."""
+    b = np.abs(np.asarray(b, np.float64))
+    return b / (np.float64(input_scale) * BIAS_CODE_LIMIT) * (1.0 + 2.0 ** -20)
 
 
 def quantize_bias(b: np.ndarray, input_scale: float, weight: QParams) -> Tuple[np.ndarray, QParams]:
@@ -190,7 +210,10 @@ def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> No
             role = "conv_weights" if node.op == "Conv2D" else "matmul_weights"
             settings = quant_cfg_for(config, role)
             axis = _weight_axis(node, value) if settings.get("is_per_channel", True) else None
-            codes, qp = quantize_weight(value, int(settings.get("num_bits", 8)), axis)
+            bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] in originals else None
+            floor = None if bias is None else bias_weight_scale_floor(
+                originals[bias], q.qparams[node.inputs[0]].scale)
+            codes, qp = quantize_weight(value, int(settings.get("num_bits", 8)), axis, floor)
         elif use.role == "bias":
             codes, qp = quantize_bias(value, q.qparams[node.inputs[0]].scale, q.qparams[node.inputs[1]])
         else:
