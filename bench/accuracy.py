@@ -13,7 +13,7 @@ and naive with every activation in int16 (the most int16 can recover).  Beside t
 full-integer post-training quantization with ``representative_dataset`` = the same
 calibration images.  A configuration that fails is reported with its error.
 
-Writes docs/benchmarks-accuracy.md.
+Writes its section of docs/benchmarks.md.
 
     python bench/accuracy.py [--fashion-test 2000]
 """
@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
+from _report import write_section  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
-DOC = REPO / "docs" / "benchmarks-accuracy.md"
 METHODS = ("naive", "kld", "percentile", "mse")
 BATCH = 20
 CALIBRATION_BATCHES = 10
@@ -201,7 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fashion-test", type=int, default=2000, help="Fashion-MNIST test images")
     args = parser.parse_args()
-    lines = ["# Accuracy benchmark", "", "Command: `python bench/accuracy.py`", "",
+    lines = ["## Accuracy: FP32 vs INT8 (quant and npu) vs TFLite int8", "", "Command: `python bench/accuracy.py`", "",
              "Top-1 in percent. `quant`: the quantized model (Quant/Dequant ops) run by TensorFlow; "
              "`npu`: the compiled model, NPU regions run as engines on the emulated NPU. "
              "TFLite: `TFLiteConverter.from_keras_model`, full-integer (int8 in/out) PTQ with the same "
@@ -229,8 +230,8 @@ def main() -> None:
         "saturated at scale s_in*s_w); weight scales are now floored so the bias fits "
         "(`bias_weight_scale_floor`), and that row matches all-activations int16.")
     lines.append(f"\nTotal time {time.time() - start:.0f} s.")
-    DOC.write_text("\n".join(lines) + "\n")
-    print(f"wrote {DOC}")
+    write_section("accuracy", "\n".join(lines))
+    print("wrote the accuracy section of docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Asserted: naive INT8 loses more than 1 point of agreement; ``analyze()`` names t
 that loses most SQNR; the int8 graph input alone costs more than 1 point (the ceiling of any
 ``layer_configs`` recovery: it cannot make the graph input int16); int16 weights with int16
 activations no longer collapse (int32 bias saturation, fixed by flooring weight scales).
-Not asserted, because it does not hold (docs/benchmarks-accuracy.md): a few int16 layers
+Not asserted, because it does not hold (docs/benchmarks.md, accuracy section): a few int16 layers
 chosen by ``analyze()`` win the loss back (top-8 by SQNR drop: +0.9 point on 960 crops).
 """
 from __future__ import annotations
