@@ -7,6 +7,8 @@ The file is rewritten through a temporary file renamed into place.
 from __future__ import annotations
 
 import os
+import platform
+import re
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -32,3 +34,12 @@ def write_section(key: str, markdown: str, doc: Path = DOC) -> None:
 def demote_headings(markdown: str) -> str:
     """A page's headings one level down, so its title becomes a section heading."""
     return "\n".join("#" + line if line.startswith("#") else line for line in markdown.splitlines())
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (or the platform's processor string)."""
+    try:
+        match = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
+    except OSError:
+        match = None
+    return match.group(1).strip() if match else platform.processor() or "unknown CPU"

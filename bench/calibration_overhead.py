@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _report import write_section
+from _report import cpu_name, write_section
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -101,15 +99,6 @@ def time_side_by_side(graphs, input_tensor: str, output_tensor: str, threads: in
         for sess in sessions.values():
             sess.close()
     return {name: statistics.median(values) for name, values in times.items()}
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (or the platform's processor string)."""
-    try:
-        match = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
-    except OSError:
-        match = None
-    return match.group(1).strip() if match else platform.processor() or "unknown CPU"
 
 
 def report(medians, threads: int, repeats: int, command: str) -> str:

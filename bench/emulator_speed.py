@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -40,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _report import write_section
+from _report import cpu_name, write_section
 from typing import Callable, Dict, List, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -213,14 +211,6 @@ def profile_summary(rows: List[Tuple[str, str, float]], top: int = 6) -> List[st
 
 
 # ------------------------------------------------------------------ report
-def cpu_name() -> str:
-    try:
-        match = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
-    except OSError:
-        match = None
-    return match.group(1).strip() if match else platform.processor() or "unknown CPU"
-
-
 def report(results, profiles, args, command: str) -> str:
     import tensorflow as tf
     lines = ["### Compiled model vs TF FP32 and TFLite int8", "",

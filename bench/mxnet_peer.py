@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import re
 import statistics
 import sys
 import tempfile
@@ -33,7 +31,7 @@ from typing import TYPE_CHECKING, Dict, List, Sequence
 
 import numpy as np
 
-from _report import demote_headings, write_section
+from _report import cpu_name, demote_headings, write_section
 
 if TYPE_CHECKING:
     from ratelnn.npu.costmodel import Profile
@@ -172,15 +170,6 @@ def device_profiles(npu, config) -> Dict[int, "Profile"]:
 
     graph = import_symbol(npu, config["input_nodes"], config["output_nodes"], config["input_shapes"])
     return {batch: profile(graph, batch_size=batch) for batch in LATENCY_BATCHES}
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (or the platform's processor string)."""
-    try:
-        match = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
-    except OSError:
-        match = None
-    return match.group(1).strip() if match else platform.processor() or "unknown CPU"
 
 
 def _numbers(values: Sequence[float]) -> str:
