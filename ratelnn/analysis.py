@@ -15,7 +15,7 @@ output.  Metrics, over all real samples: cosine similarity, SQNR in dB
 error, and the percent of float values outside the tensor's integer range (saturated by
 the clip).  ``sqnr_drop_db`` is how much SQNR the layer itself loses: the lowest SQNR of
 its inputs (at most the ideal SQNR of its dtype) minus its own.  Suggestions re-quantize the worst layers in int16 (then fp32)
-and keep what recovers them.
+and keep what recovers them without lowering the SQNR of the model's output.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ SQNR_CAP_DB = 200.0        # SQNR of an exact match
 SUGGEST_DROP_DB = 6.0      # a layer losing this much SQNR (one bit) is a candidate
 RECOVERED_DROP_DB = 3.0    # a precision change leaving at most this drop (or half the
                            # original drop) fixes the layer
+OUTPUT_TOLERANCE_DB = 0.1  # a suggestion may not lower the output SQNR by more (dB)
 MAX_SUGGESTIONS = 3
 AGAINST = ("quant", "npu")
 
@@ -379,8 +380,10 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
             sqnr, out_sqnr = _layer_sqnr(conv, stats, [{"layer_name": row.name, "data_type": data_type}],
                                          feeds, row.tensor, float_values)
             remaining_drop = input_sqnr - sqnr
-            if (remaining_drop <= max(RECOVERED_DROP_DB, row.sqnr_drop_db / 2)
-                    or data_type == "fp32"):
+            recovers = remaining_drop <= max(RECOVERED_DROP_DB, row.sqnr_drop_db / 2)
+            # a change that makes the model's output worse is no suggestion, whatever it
+            # does to the layer itself
+            if (recovers or data_type == "fp32") and out_sqnr >= output_sqnr - OUTPUT_TOLERANCE_DB:
                 reason = (f"loses {row.sqnr_drop_db:.1f} dB SQNR in {row.dtype} "
                           f"({row.saturated_percent:.2f}% saturated); in {data_type}: layer channel SQNR "
                           f"{row.channel_sqnr_db:.1f} -> {sqnr:.1f} dB, output SQNR {output_sqnr:.1f} -> {out_sqnr:.1f} dB")

@@ -218,6 +218,8 @@ def test_analyze_names_the_broken_layer_and_int16_fixes_it(analyzed, tmp_path):
     assert worst.sqnr_drop_db > 10
     assert report.suggestions and report.suggestions[0].layer == "broken"
     assert report.suggestions[0].data_type == "int16"
+    for suggestion in report.suggestions:   # none makes the model's output worse
+        assert suggestion.output_sqnr_db_after >= suggestion.output_sqnr_db - 0.1, suggestion
     cfg = dict(conv.config, layer_configs=report.layer_configs())
     fixed = converter(_outlier_graph(), cfg).analyze(data[:32])
     before, after = report.output_similarity["y"]["sqnr_db"], fixed.output_similarity["y"]["sqnr_db"]
