@@ -194,8 +194,10 @@ def test_mxnet_checkpoint_build_inspect_and_run(tmp_path, capsys):
     mx = import_mxnet()
     nn = mx.gluon.nn
     mx.random.seed(0)
-    net = nn.HybridSequential()
-    net.add(nn.Conv2D(4, 3, padding=1, activation="relu"), nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dense(3))
+    net = nn.HybridSequential(prefix="cli_")   # fixed names, whatever Gluon built before
+    with net.name_scope():
+        net.add(nn.Conv2D(4, 3, padding=1, activation="relu"), nn.GlobalAvgPool2D(), nn.Flatten(),
+                nn.Dense(3))
     net.initialize()
     net.hybridize()
     x = np.random.default_rng(3).uniform(0, 1, (SAMPLES, 3, 8, 8)).astype(np.float32)
@@ -203,7 +205,7 @@ def test_mxnet_checkpoint_build_inspect_and_run(tmp_path, capsys):
     net.export(str(tmp_path / "mxnet"))
     np.save(tmp_path / "x.npy", x)
     (tmp_path / "cfg.yaml").write_text(
-        f"input_nodes: [data]\noutput_nodes: [dense0_fwd]\ninput_shapes: [[{BATCH}, 3, 8, 8]]\n"
+        f"input_nodes: [data]\noutput_nodes: [cli_dense0_fwd]\ninput_shapes: [[{BATCH}, 3, 8, 8]]\n"
         f"output_dir: {tmp_path / 'out'}\nmodel_name: mxtiny\n")
     assert main(["build", str(tmp_path / "cfg.yaml"), "--model", str(tmp_path / "mxnet"), "--data",
                  str(tmp_path / "x.npy"), "--forms", "quant,npu", "--no-progress"]) == 0

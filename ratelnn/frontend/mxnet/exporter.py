@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import ModelError
 from ...ir import Graph, Node
+from ...ir.naming import NameAllocator
 from ...mxnet_compat import import_mxnet
 from .attrs import CUSTOM_OPS, encode_custom_attrs, float_str, tuple_str
 from .model import RATEL_DTYPE_ATTR
@@ -41,7 +42,7 @@ class _Exporter:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.nodes: List[Dict[str, Any]] = []
-        self.used: set = set()
+        self.names = NameAllocator(reserved=self.graph.tensors)
         self.entries: Dict[str, Entry] = {}  # IR tensor -> symbol entry
         self.params: Dict[str, np.ndarray] = {}
         self.param_uses = {p: sum(t == p for n in graph.nodes for t in n.inputs) for p in graph.params}
@@ -49,18 +50,11 @@ class _Exporter:
 
     # -- naming
     def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.used or name in self.graph.tensors:
-            name, i = f"{base}_{i}", i + 1
-        self.used.add(name)
-        return name
+        return self.names.fresh(base)
 
     def claim(self, tensor: str) -> str:
         """The node name for the node producing IR ``tensor`` (its own name if free)."""
-        if ":" not in tensor and tensor not in self.used:
-            self.used.add(tensor)
-            return tensor
-        return self.fresh(tensor.replace(":", "_"))
+        return self.names.claim(tensor)
 
     # -- building
     def add(self, name: str, op: str, inputs: Sequence[Entry], attrs: Optional[Dict[str, str]] = None) -> Entry:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...errors import ModelError
 from ...ir import Graph, Node
+from ...ir.naming import NameAllocator
 
 
 class _Exporter:
@@ -21,25 +22,16 @@ class _Exporter:
         from tensorflow.core.framework import graph_pb2
         self.graph = graph
         self.graph_def = graph_pb2.GraphDef()
-        self.used: set = set()
+        self.names = NameAllocator(reserved=self.graph.tensors)
         self.refs: Dict[str, str] = {}  # IR tensor -> TF tensor reference
 
     # -- naming
     def fresh(self, base: str) -> str:
-        """A TF node name not used yet (TF names may not contain ':')."""
-        base = base.replace(":", "_")
-        name, i = base, 1
-        while name in self.used or name in self.graph.tensors:
-            name, i = f"{base}_{i}", i + 1
-        self.used.add(name)
-        return name
+        return self.names.fresh(base)
 
     def claim(self, tensor: str) -> str:
-        """The TF node name for the node producing IR ``tensor`` (its own name if free)."""
-        if ":" not in tensor and tensor not in self.used:
-            self.used.add(tensor)
-            return tensor
-        return self.fresh(tensor)
+        """The node name for the node producing IR ``tensor`` (its own name if free)."""
+        return self.names.claim(tensor)
 
     def ref(self, tensor: str) -> str:
         return self.refs.get(tensor, tensor)
