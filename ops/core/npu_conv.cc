@@ -23,13 +23,6 @@ constexpr int64_t kKC = 256;  // k pairs per weight sub-block (16 KiB: stays in 
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 inline int64_t ceil_div(int64_t v, int64_t m) { return (v + m - 1) / m; }
-inline int64_t round_shift(int64_t p, int s) {
-  if (s == 0) return p;
-  uint64_t a = p < 0 ? uint64_t(-p) : uint64_t(p);
-  uint64_t q = (a + (uint64_t(1) << (s - 1))) >> s;
-  return p < 0 ? -int64_t(q) : int64_t(q);
-}
-inline int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 inline int64_t qabs_of(DType t) { return std::max(-qmin(t), qmax(t)); }
 
 // ------------------------------------------------------------------ requantization

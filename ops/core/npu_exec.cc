@@ -28,14 +28,6 @@ inline int64_t rdiv(int64_t n, int64_t d) {
   if (2 * r >= uint64_t(d)) ++q;
   return n < 0 ? -int64_t(q) : int64_t(q);
 }
-// round_shift(p, s) == rdiv(p, 2^s), 0 <= s <= 62.
-inline int64_t round_shift(int64_t p, int s) {
-  if (s == 0) return p;
-  uint64_t a = p < 0 ? uint64_t(-p) : uint64_t(p);
-  uint64_t q = (a + (uint64_t(1) << (s - 1))) >> s;
-  return p < 0 ? -int64_t(q) : int64_t(q);
-}
-inline int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 inline int64_t load(const uint8_t* p, DType t, int64_t i) {
   switch (t) {

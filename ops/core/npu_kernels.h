@@ -24,6 +24,16 @@
 namespace ratelnn {
 namespace npu {
 
+// The scalar requantization primitives of docs/npu-arithmetic.md, shared by every kernel.
+// round_shift(p, s) == rdiv(p, 2^s) (half away from zero), 0 <= s <= 62.
+inline int64_t round_shift(int64_t p, int s) {
+  if (s == 0) return p;
+  uint64_t a = p < 0 ? uint64_t(-p) : uint64_t(p);
+  uint64_t q = (a + (uint64_t(1) << (s - 1))) >> s;
+  return p < 0 ? -int64_t(q) : int64_t(q);
+}
+inline int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
 enum class ConvPath { kGemm, kDepthwise, kScalar };
 
 ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide);
