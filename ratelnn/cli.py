@@ -354,12 +354,7 @@ def _say(text: str) -> None:
 def _profile_summary(profile) -> str:
     lines = [f"NPU profile (batch {profile.batch_size}): latency {profile.latency_s * 1e3:.4f} ms, "
              f"throughput {profile.throughput:,.0f} inferences/s"]
-    for e in profile.engines:
-        lat, thr = e.latency, e.throughput
-        lines.append(f"  engine {e.name}: latency {lat.latency_s * 1e3:.4f} ms ({lat.split_mode} x{lat.cores}), "
-                     f"throughput {thr.throughput:,.0f}/s ({thr.split_mode} x{thr.cores}), weights "
-                     f"{'resident' if lat.weights_resident else 'streamed'}")
-    return "\n".join(lines)
+    return "\n".join(lines + ["  " + profile.engine_line(e) for e in profile.engines])
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], right_from: int = 1) -> str:

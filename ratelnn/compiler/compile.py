@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
 from ..config import ConfigError
+from ..fileio import write_atomic
 from ..ir import Graph, Node, QParams, TensorInfo
 from ..npu.device import resolve_device_info
 from ..npu.engine import ACTIVATION_DTYPES
@@ -232,14 +232,6 @@ def write_input_scales(graph: Graph, config: Mapping[str, Any]) -> List[str]:
     for folder in (os.fspath(output_dir), os.getcwd()):
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, INPUT_SCALE_FILE)
-        fd, tmp = tempfile.mkstemp(prefix=INPUT_SCALE_FILE, dir=folder)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, text.encode())
         paths.append(path)
     return paths

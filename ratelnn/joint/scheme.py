@@ -18,11 +18,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import RatelError
+from ..fileio import write_atomic
 
 SCHEME_FORMAT = "ratelnn.scheme"
 SCHEME_VERSION = 1
@@ -224,7 +224,7 @@ class Scheme:
         """The scheme as JSON text; also written (atomically) to ``path`` if given."""
         text = json.dumps(self.to_dict(), indent=indent)
         if path is not None:
-            _write_atomic(path, text.encode())
+            write_atomic(path, text.encode())
         return text
 
     @classmethod
@@ -356,19 +356,5 @@ def save_timeline(scheme: Scheme, path: str) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
-    _write_atomic(path, buffer.getvalue())
+    write_atomic(path, buffer.getvalue())
     return path
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, so no partial file is left."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

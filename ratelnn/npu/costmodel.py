@@ -538,16 +538,20 @@ class Profile:
         """Per-layer breakdown of the latency-optimal plan, engines in order."""
         return [row for e in self.engines for row in e.latency.layers]
 
+    def engine_line(self, e: "EngineProfile") -> str:
+        """One engine's figures: latency and throughput with their splits, weights, SRAM."""
+        lat, thr = e.latency, e.throughput
+        return (f"engine {e.name}: latency {lat.latency_s * 1e3:.4f} ms ({lat.split_mode} x{lat.cores}), "
+                f"throughput {thr.throughput:,.0f}/s ({thr.split_mode} x{thr.cores}, batch {thr.batch}), "
+                f"weights {'resident' if lat.weights_resident else 'streamed'}, "
+                f"SRAM {lat.sram_bytes_needed / 2**20:.1f} MiB/core")
+
     def table(self) -> str:
-        """Text rendering: a summary line per engine, then one line per layer."""
+        """Text rendering: a summary line, then per engine its line and one line per layer."""
         lines = [f"batch {self.batch_size}: latency {self.latency_s * 1e3:.4f} ms, "
                  f"throughput {self.throughput:,.0f} inferences/s"]
         for e in self.engines:
-            lat, thr = e.latency, e.throughput
-            lines.append(f"engine {e.name}: latency {lat.latency_s * 1e3:.4f} ms ({lat.split_mode} x{lat.cores}), "
-                         f"throughput {thr.throughput:,.0f}/s ({thr.split_mode} x{thr.cores}, batch {thr.batch}), "
-                         f"weights {'resident' if lat.weights_resident else 'streamed'}, "
-                         f"SRAM {lat.sram_bytes_needed / 2**20:.1f} MiB/core")
+            lines.append(self.engine_line(e))
             lines.append(f"  {'layer':<28} {'kind':<9} {'core':>4} {'cycles':>10} {'compute':>10} "
                          f"{'sram':>9} {'stream':>9} {'bound':<9} weights")
             for r in e.latency.layers:
