@@ -36,6 +36,7 @@ RECOVERED_DROP_DB = 3.0    # a precision change leaving at most this drop (or ha
 OUTPUT_TOLERANCE_DB = 0.1  # a suggestion may not lower the output SQNR by more (dB)
 MAX_SUGGESTIONS = 3
 AGAINST = ("quant", "npu")
+INPUT_OP = "Input"         # LayerRow.op of a quantized graph input
 
 
 def ideal_sqnr_db(dtype: str) -> float:
@@ -125,7 +126,9 @@ def similarity(f: np.ndarray, q: np.ndarray) -> Dict[str, float]:
 class LayerRow:
     """One quantized layer: IR node ``name``, its ``op``, output ``tensor`` with its
     quantized ``dtype`` and ``shape``, and the metrics of the module docstring
-    (``channel_sqnr_db``: mean of the per-channel SQNRs; ``sqnr_drop_db`` is computed on it)."""
+    (``channel_sqnr_db``: mean of the per-channel SQNRs; ``sqnr_drop_db`` is computed on it).
+    A quantized graph input is a row too: ``op`` :data:`INPUT_OP`, ``name`` = ``tensor`` = the
+    input's name, its drop measured from its dtype's ideal SQNR."""
 
     name: str
     op: str
@@ -376,7 +379,7 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
                   if r.sqnr_drop_db >= SUGGEST_DROP_DB][:MAX_SUGGESTIONS]
     for row in candidates:
         input_sqnr = row.channel_sqnr_db + row.sqnr_drop_db
-        for data_type in ("int16", "fp32"):
+        for data_type in ("int16",) if row.op == INPUT_OP else ("int16", "fp32"):
             sqnr, out_sqnr = _layer_sqnr(conv, stats, [{"layer_name": row.name, "data_type": data_type}],
                                          feeds, row.tensor, float_values)
             remaining_drop = input_sqnr - sqnr
@@ -436,7 +439,11 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
             samples += batch.size
             bar.update()
     from .quantization.policy import activation_inputs
-    rows = []
+    rows = [LayerRow(t, INPUT_OP, t, qgraph.qparams[t].dtype, list(conv.graph.tensors[t].shape),
+                     acc[t].cosine, acc[t].sqnr_db, acc[t].channel_sqnr_db,
+                     max(ideal_sqnr_db(qgraph.qparams[t].dtype) - acc[t].channel_sqnr_db, 0.0),
+                     acc[t].max_abs, acc[t].saturated_percent)
+            for t in conv.graph.inputs if t in acc and t in qgraph.qparams]
     for n in nodes:
         t = n.outputs[0]
         inputs = [acc[i].channel_sqnr_db for i in activation_inputs(qgraph, n) if i in acc]

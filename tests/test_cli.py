@@ -110,7 +110,7 @@ def test_build_writes_every_form_atomically_and_prints_profile_and_precision(bui
     assert "NPU profile (batch 4): latency" in out and "engine tiny_engine_0" in out
     assert "float vs npu on 8 samples" in out          # --analyze-batches default 2 x batch 4
     report = Report.from_json((out_dir / "tiny_analysis_npu.json").read_text())
-    assert report.against == "npu" and [r.op for r in report.rows][:1] == ["Conv2D"]
+    assert report.against == "npu" and [r.op for r in report.rows][:2] == ["Input", "Conv2D"]
     assert all(r.name in out for r in report.rows)
     assert next(iter(report.output_similarity.values()))["cosine"] > 0.999
 

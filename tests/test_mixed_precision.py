@@ -80,11 +80,11 @@ def test_int16_through_quantized_and_compiled_model(tmp_path):
               "output_dir": str(tmp_path), "auto_int16": False}
     images = np.random.default_rng(2).normal(0, 1, (32, 8, 8, 3)).astype(np.float32)
     run_graph(converter(graph_def, config).to_cal(), "x:0", "prob:0", images, 4)
-    conv = converter(graph_def, dict(config, layer_configs=[{"op_type": "Conv2D",
-                                                             "data_type": "int16"}]))
+    conv = converter(graph_def, dict(config, layer_configs=[
+        {"op_type": "Conv2D", "data_type": "int16"}, {"layer_name": "x", "data_type": "int16"}]))
     qir = conv.quantized_ir()
     conv_outputs = [n.outputs[0] for n in conv.graph.nodes if n.op == "Conv2D"]
-    assert {qir.qparams[t].dtype for t in conv_outputs} == {"int16"}
+    assert {qir.qparams[t].dtype for t in conv_outputs + ["x"]} == {"int16"}
     graph_quant = conv.to_quant()
     quant_dtypes = {n.attr["dtype"].type for n in graph_quant.node if n.op == "RatelQuant"}
     assert tf.int16.as_datatype_enum in quant_dtypes
@@ -157,3 +157,17 @@ def test_auto_int16_default_promotes_nothing_on_the_fashion_cnn(fashion_mnist, f
         warnings.simplefilter("ignore")
         q_kld = quantize(conv.graph, stats, dict(kld, auto_int16=False))
     assert len(auto_int16_tensors(plan, stats, q_kld.qparams, kld)) <= int(0.1 * len(plan.anchors))
+
+
+def test_layer_configs_set_the_graph_input_dtype():
+    g = chain_graph()
+    rng = np.random.default_rng(4)
+    stats = {t: stats_of(rng.normal(0, 1, 64)) for t in ("x", "conv1", "conv2", "add", "pool")}
+    config = {"auto_int16": False, "layer_configs": [{"layer_name": "x", "data_type": "int16"}]}
+    assert layer_data_types(g, config) == {"x": "int16"}
+    q = quantize(g, stats, config)
+    assert q.qparams["x"].dtype == "int16"
+    assert q.qparams["x"].scale == pytest.approx(max(abs(stats["x"].min), stats["x"].max) / 32767, rel=1e-6)
+    assert q.qparams["conv1"].dtype != "int16"
+    with pytest.raises(ratelnn.config.ConfigError, match="graph input 'x' can only be"):
+        layer_data_types(g, {"layer_configs": [{"layer_name": "x", "data_type": "fp32"}]})

@@ -40,6 +40,10 @@ QUANTIZED_OPS = frozenset({
 # scale: they only move, drop or compare codes.  Pad joins them when it pads with 0.
 SCALE_PRESERVING_OPS = frozenset({"MaxPool", "Reshape", "Squeeze", "Flatten", "Transpose"})
 
+# data_type values layer_configs may give a graph input (it is quantized where a quantized op
+# reads it, so it cannot stay float on its own).
+INPUT_DATA_TYPES = ("int8", "uint8", "int16")
+
 _WEIGHTED_OPS = frozenset({"Conv2D", "MatMul"})
 _BINARY_OPS = frozenset({"Add", "Sub", "Mul"})
 
@@ -72,7 +76,8 @@ class QuantPlan:
     ``shared``: scale-preserving output tensor -> the anchor whose QParams it reuses.
     ``border``: anchors that are graph inputs or produced by float nodes.
     ``activation_bits``: anchor -> 8 or 16 (from ``quant_cfg`` roles).
-    ``forced_dtype``: anchor -> dtype forced by ``layer_configs`` (``int8``/``uint8``/``int16``).
+    ``forced_dtype``: anchor -> dtype forced by ``layer_configs`` (``int8``/``uint8``/``int16``;
+    op outputs and graph inputs).
     """
 
     quantized_nodes: List[str]
@@ -154,11 +159,13 @@ def _names(value: Any) -> Set[str]:
 def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
     """Node name -> ``data_type`` from ``layer_configs``.
 
-    An entry matches by ``layer_name`` (node name or one of its output tensors), by
-    ``op_type`` (the IR op name, docs/ir.md) or by a subgraph (``start_tensor_names`` /
-    ``end_tensor_names``).  Priority: layer name > op type > subgraph; among entries of the
-    same kind the later one wins.  An entry that matches no node is reported with a warning
-    (names can disappear in graph passes, e.g. a BatchNorm folded into its convolution).
+    An entry matches by ``layer_name`` (node name or one of its output tensors, or a graph
+    input: the input's own dtype, ``int8``/``uint8``/``int16`` only), by ``op_type`` (the IR
+    op name, docs/ir.md) or by a subgraph (``start_tensor_names`` / ``end_tensor_names``).
+    Priority: layer name > op type > subgraph; among entries of the same kind the later one
+    wins.  An entry that matches no node is reported with a warning (names can disappear in
+    graph passes, e.g. a BatchNorm folded into its convolution).  Graph inputs appear in the
+    result under their tensor name.
     """
     by_kind: List[Dict[str, str]] = [{}, {}, {}]  # subgraph, op type, layer name
     for entry in config.get("layer_configs") or []:
@@ -166,6 +173,12 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
         if "layer_name" in entry:
             names = _names(entry["layer_name"])
             matched = [n.name for n in graph.nodes if n.name in names or names.intersection(n.outputs)]
+            graph_inputs = [t for t in graph.inputs if t in names]
+            if graph_inputs and data_type not in INPUT_DATA_TYPES:
+                raise ConfigError(f"layer_configs entry {entry!r}: graph input {graph_inputs[0]!r} "
+                                  f"can only be {' or '.join(INPUT_DATA_TYPES)} (to keep it in "
+                                  "float, make its readers fp32)")
+            matched += graph_inputs
             kind = 2
         elif "op_type" in entry:
             ops = _names(entry["op_type"])
@@ -236,6 +249,8 @@ def make_plan(graph: Graph, config: Mapping[str, Any]) -> QuantPlan:
                 continue
             if t not in bits and t not in shared:
                 anchors.append(t)
+                if t in graph.inputs and t in data_types:
+                    forced[t] = data_types[t]
             note_bits(t, _activation_role(node, slot))
         out = node.outputs[0]
         if is_scale_preserving(node):
