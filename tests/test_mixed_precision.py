@@ -171,3 +171,21 @@ def test_layer_configs_set_the_graph_input_dtype():
     assert q.qparams["conv1"].dtype != "int16"
     with pytest.raises(ratelnn.config.ConfigError, match="graph input 'x' can only be"):
         layer_data_types(g, {"layer_configs": [{"layer_name": "x", "data_type": "fp32"}]})
+
+
+def test_an_int16_op_reads_its_constant_operand_in_int16():
+    """Means spanning 0.05..1000 (a Normalization's Sub): 8 bits round the small ones to 0."""
+    g = Graph("sub_means")
+    g.add_input("x", (1, 3))
+    g.add_param("means", np.array([1000.0, 0.5, 0.05], np.float32))
+    g.add_node(Node("sub", "Sub", ["x", "means"], ["sub"], {}), [TensorInfo((1, 3))])
+    g.outputs = ["sub"]
+    g.validate()
+    stats = {t: stats_of([-1000.0, 1000.0]) for t in ("x", "sub")}
+    q8 = quantize(g, stats, {"auto_int16": False})
+    q16 = quantize(g, stats, {"auto_int16": False, "layer_configs": [{"layer_name": "sub", "data_type": "int16"}]})
+    const8, const16 = (q.nodes[0].inputs[1] for q in (q8, q16))
+    assert q8.qparams[const8].dtype == "uint8" and q16.qparams[const16].dtype == "int16"
+    back = q16.params[const16] * np.float64(q16.qparams[const16].scale)
+    np.testing.assert_allclose(back, [1000.0, 0.5, 0.05], atol=1000.0 / 32767)
+    assert q8.params[const8][2] == 0                          # the 8-bit code of 0.05 is 0

@@ -164,11 +164,13 @@ def quantize_bias(b: np.ndarray, input_scale: float, weight: QParams) -> Tuple[n
     return q, QParams("int32", float(scale))
 
 
-def quantize_constant(c: np.ndarray) -> Tuple[np.ndarray, QParams]:
-    """A constant operand (of Add/Sub/Mul/Concat): per tensor, uint8 if all values are >= 0
-    else int8, scale = max|c| / qmax."""
+def quantize_constant(c: np.ndarray, bits: int = 8) -> Tuple[np.ndarray, QParams]:
+    """A constant operand (of Add/Sub/Mul/Concat): per tensor, scale = max|c| / qmax; 8 bits:
+    uint8 if all values are >= 0 else int8; 16 bits: int16."""
+    if bits not in _DTYPE_OF_BITS:
+        raise ConfigError(f"constants must have 8 or 16 bits, got {bits!r}")
     c = np.asarray(c, dtype=np.float32)
-    dtype = "uint8" if c.size == 0 or np.min(c) >= 0 else "int8"
+    dtype = "int16" if bits == 16 else "uint8" if c.size == 0 or np.min(c) >= 0 else "int8"
     scale = scale_for(np.max(np.abs(c), initial=0.0), arith.qmax_of(dtype))
     return arith.quantize(c, scale, dtype), QParams(dtype, scale)
 
@@ -216,8 +218,8 @@ def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> No
             codes, qp = quantize_weight(value, int(settings.get("num_bits", 8)), axis, floor)
         elif use.role == "bias":
             codes, qp = quantize_bias(value, q.qparams[node.inputs[0]].scale, q.qparams[node.inputs[1]])
-        else:
-            codes, qp = quantize_constant(value)
+        else:   # a constant is as precise as the op's output: an int16 op gets int16 operands
+            codes, qp = quantize_constant(value, 16 if q.qparams[node.outputs[0]].dtype == "int16" else 8)
         name = use.param
         if uses[use.param] > 1 or use.param in q.outputs:
             name = q.unique_name(f"{use.param}/{node.name}")
