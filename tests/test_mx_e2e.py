@@ -116,6 +116,36 @@ def test_gluon_cnn_to_cal_quant_npu(mx, data, fp32_model, tmp_path):
         np.testing.assert_allclose(np.load(out), reference, rtol=1e-5, atol=1e-5)
 
 
+def test_precision_tools_on_mxnet(mx, data, fp32_model, tmp_path):
+    """Issue 5 in MXNet: calibrate() in-process, analyze() against the NPU with the graph input
+    as a row, then kld from the same statistics with the input and analyze()'s worst layer in
+    int16 (layer_configs): the quantized and compiled MXNet models keep FP32 top-1."""
+    import json
+    x_train, _, x_test, y_test = data
+    output = fp32_model[0].list_outputs()[0]
+    config = {"input_nodes": ["data"], "output_nodes": [output], "input_shapes": [[CAL_BATCH, 1, 28, 28]],
+              "output_dir": str(tmp_path / "stats")}
+    conv = converter(fp32_model, config)
+    conv.calibrate(x_train[:CAL_BATCHES * CAL_BATCH], progress=False)
+    report = conv.analyze(x_train[:2 * CAL_BATCH], against="npu")
+    assert report.rows[0].name == "data" and report.rows[0].op == "Input", report.table()
+    assert all(np.isfinite(r.sqnr_db) and r.cosine > 0.9 for r in report.rows), report.table()
+    worst = next(r for r in report.worst(len(report.rows)) if r.op != "Input")
+    layer_configs = [{"layer_name": "data", "data_type": "int16"},
+                     {"layer_name": worst.name, "data_type": "int16"}]
+    mixed = converter(fp32_model, dict(config, quantize_algorithm="kld", layer_configs=layer_configs))
+    qir = mixed.quantized_ir()
+    assert qir.qparams["data"].dtype == "int16" and qir.qparams[worst.tensor].dtype == "int16"
+    quant, npu = mixed.to_quant(), mixed.to_npu()
+    quant_nodes = json.loads(quant[0].tojson())["nodes"]
+    assert any(n["op"] == "ratel_quant" and n.get("attrs", {}).get("dtype") == "int16" for n in quant_nodes)
+    x, y = x_test[:2000], y_test[:2000]
+    top1 = {form: float(np.mean(predict(mx, model, x).argmax(1) == y))
+            for form, model in (("fp32", fp32_model), ("quant", quant), ("npu", npu))}
+    print(f"\nMXNet kld + int16 {worst.name} and input: {top1}")
+    assert abs(top1["quant"] - top1["fp32"]) <= 0.01 and abs(top1["npu"] - top1["quant"]) <= 0.005, top1
+
+
 def small_model(mx):
     """data [N,1,8,8] -> conv3x3(4) -> relu -> dense(3): (sym, arg_params, aux_params)."""
     data = mx.sym.var("data")
