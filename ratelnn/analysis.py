@@ -14,9 +14,10 @@ output.  Metrics, over all real samples: cosine similarity, SQNR in dB
 (``10 log10(sum f^2 / sum (f - q)^2)``, capped at :data:`SQNR_CAP_DB`), max absolute
 error, and the percent of float values outside the tensor's integer range (saturated by
 the clip).  ``sqnr_drop_db`` is how much SQNR the layer itself loses: the lowest SQNR of
-its inputs (at most the ideal SQNR of its dtype) minus its own.  Suggestions re-quantize the
-worst layers, worst first, in int16 (then fp32) on top of the suggestions already kept, and
-keep what recovers the layer without lowering the SQNR of the model's output.
+its inputs (at most the ideal SQNR of its dtype) minus its own.  Suggestions (:func:`_suggest`)
+re-quantize the worst layers, worst first, in int16 (then fp32) on top of the suggestions
+already kept, and keep what recovers the layer without lowering the SQNR of the model's
+output; a kept one makes its readers candidates and the layers are ranked again.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ RECOVERED_DROP_DB = 3.0    # a precision change leaving at most this drop (or ha
                            # original drop) fixes the layer
 OUTPUT_TOLERANCE_DB = 0.1  # a suggestion may not lower the output SQNR by more (dB)
 MAX_SUGGESTIONS = 3
+MAX_TRIES = 2 * MAX_SUGGESTIONS   # layers re-quantized at most, when looking for suggestions
 AGAINST = ("quant", "npu")
 INPUT_OP = "Input"         # LayerRow.op of a quantized graph input
 
@@ -146,10 +148,10 @@ class LayerRow:
 
 @dataclasses.dataclass
 class Suggestion:
-    """Run layer ``layer`` in ``data_type``: its channel SQNR goes from ``sqnr_db`` to
-    ``sqnr_db_after`` and the first output's from ``output_sqnr_db`` to
-    ``output_sqnr_db_after`` (measured on the first analysis batch, quantized model, with the
-    suggestions before it applied)."""
+    """Run layer ``layer`` in ``data_type``: the channel SQNR of the layer it fixes (itself, or
+    the graph input it reads) goes from ``sqnr_db`` to ``sqnr_db_after`` and the first
+    output's from ``output_sqnr_db`` to ``output_sqnr_db_after`` (measured on the first
+    analysis batch, quantized model, with the suggestions before it applied)."""
 
     layer: str
     data_type: str
@@ -202,6 +204,9 @@ class Report:
         if self.suggestions:
             for s in self.suggestions:
                 lines.append(f"suggest {s.data_type} for {s.layer}: {s.reason}")
+        elif any(r.sqnr_drop_db >= SUGGEST_DROP_DB for r in self.rows):
+            lines.append(f"no int16 or fp32 change of the layers losing {SUGGEST_DROP_DB:g} dB or more "
+                         "recovers them without lowering the output SQNR: nothing to suggest")
         else:
             lines.append(f"no layer loses more than {SUGGEST_DROP_DB:g} dB of SQNR: nothing to suggest")
         return "\n".join(lines)
@@ -361,42 +366,94 @@ def _output_similarity(float_out: Dict[str, List[np.ndarray]], model_out: Dict[s
     return result
 
 
-def _layer_sqnr(conv, stats, extra_layer_configs, feeds, layer_tensor: str, float_values) -> tuple:
-    """(channel SQNR of ``layer_tensor``, SQNR of the first output) of the quantized model with
-    ``extra_layer_configs`` appended, on one batch."""
+def _accumulators(conv, qgraph, tensors) -> Dict[str, _Accumulator]:
+    return {t: _Accumulator(*(_clip_range(qgraph.qparams[t]) if t in qgraph.qparams else (-math.inf, math.inf)),
+                            channel_axis=_channel_axis(conv, t))
+            for t in tensors}
+
+
+def _rows(conv, qgraph, nodes, acc: Mapping[str, _Accumulator]) -> List[LayerRow]:
+    """One LayerRow per quantized graph input, then per quantized node (module docstring)."""
+    from .quantization.policy import activation_inputs
+    rows = [LayerRow(t, INPUT_OP, t, qgraph.qparams[t].dtype, list(conv.graph.tensors[t].shape),
+                     acc[t].cosine, acc[t].sqnr_db, acc[t].channel_sqnr_db,
+                     max(ideal_sqnr_db(qgraph.qparams[t].dtype) - acc[t].channel_sqnr_db, 0.0),
+                     acc[t].max_abs, acc[t].saturated_percent)
+            for t in conv.graph.inputs if t in acc and t in qgraph.qparams]
+    for n in nodes:
+        t = n.outputs[0]
+        inputs = [acc[i].channel_sqnr_db for i in activation_inputs(qgraph, n) if i in acc]
+        own = acc[t].channel_sqnr_db
+        rows.append(LayerRow(n.name, n.op, t, qgraph.qparams[t].dtype,
+                             list(conv.graph.tensors[t].shape), acc[t].cosine, acc[t].sqnr_db, own,
+                             max(min(inputs + [ideal_sqnr_db(qgraph.qparams[t].dtype)]) - own, 0.0),
+                             acc[t].max_abs, acc[t].saturated_percent))
+    return rows
+
+
+def _quant_rows(conv, stats, extra_layer_configs, feeds, float_values) -> tuple:
+    """(rows, SQNR of the first output) of the quantized model with ``extra_layer_configs``
+    appended to the config, on one batch (``float_values``: the float model's tensors on
+    ``feeds``; any it lacks are evaluated)."""
+    from .ir.evaluate import evaluate
     from .quantization.quantizer import quantize
     config = copy.deepcopy(conv.config)
     config["layer_configs"] = list(config.get("layer_configs") or []) + extra_layer_configs
-    run = _model_values(conv, "quant", quantize(conv.graph, stats, config), config)
+    qgraph = quantize(conv.graph, stats, config)
+    nodes, tensors = _layers(qgraph, config)
     out = conv.graph.outputs[0]
-    got = run(feeds, [layer_tensor, out])
-    layer = _Accumulator(channel_axis=_channel_axis(conv, layer_tensor))
-    layer.add(float_values[layer_tensor], got[layer_tensor])
-    return layer.channel_sqnr_db, similarity(float_values[out], got[out])["sqnr_db"]
+    got = _model_values(conv, "quant", qgraph, config)(feeds, tensors + [out])
+    missing = [t for t in tensors if t not in float_values]
+    float_values = dict(float_values, **(evaluate(conv.graph, feeds, missing) if missing else {}))
+    acc = _accumulators(conv, qgraph, tensors)
+    for t in tensors:
+        acc[t].add(float_values[t], got[t])
+    return _rows(conv, qgraph, nodes, acc), similarity(float_values[out], got[out])["sqnr_db"]
+
+
+def _precision_options(conv, row: LayerRow) -> List[tuple]:
+    """(data_type, layer_configs entries) to try for ``row``, in order: the layer in int16, then
+    in fp32; a graph input cannot be fp32 itself, so its fp32 option is its readers in fp32."""
+    if row.op != INPUT_OP:
+        return [(dt, [{"layer_name": row.name, "data_type": dt}]) for dt in ("int16", "fp32")]
+    readers = [{"layer_name": n.name, "data_type": "fp32"} for n in conv.graph.consumers(row.tensor)]
+    return [("int16", [{"layer_name": row.name, "data_type": "int16"}])] + ([("fp32", readers)] if readers else [])
 
 
 def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr: float) -> List[Suggestion]:
-    result = []
-    candidates = [r for r in sorted(rows, key=lambda r: r.sqnr_drop_db, reverse=True)
-                  if r.sqnr_drop_db >= SUGGEST_DROP_DB][:MAX_SUGGESTIONS]
+    """Greedy: the worst candidate layer not tried yet (drop >= SUGGEST_DROP_DB) in int16, else
+    fp32, on top of the suggestions kept so far.  Candidates: the layers dropping that much in
+    ``rows``, and the direct readers of a layer once a suggestion for it is kept (fixing a layer
+    can expose its reader: a Sub of per-feature means behind an int8 graph input); after each
+    suggestion kept, the layers are ranked again on the first batch with it applied."""
+    result: List[Suggestion] = []
     accepted: List[Dict[str, str]] = []
-    for row in candidates:
+    tried = set()
+    candidates = {r.name for r in rows if r.sqnr_drop_db >= SUGGEST_DROP_DB}
+    for _ in range(MAX_TRIES):
+        row = next((r for r in sorted(rows, key=lambda r: r.sqnr_drop_db, reverse=True)
+                    if r.sqnr_drop_db >= SUGGEST_DROP_DB and r.name in candidates - tried), None)
+        if row is None or len(result) == MAX_SUGGESTIONS:
+            break
+        tried.add(row.name)
         input_sqnr = row.channel_sqnr_db + row.sqnr_drop_db
-        for data_type in ("int16",) if row.op == INPUT_OP else ("int16", "fp32"):
-            entry = {"layer_name": row.name, "data_type": data_type}
-            sqnr, out_sqnr = _layer_sqnr(conv, stats, accepted + [entry], feeds, row.tensor, float_values)
-            remaining_drop = input_sqnr - sqnr
-            recovers = remaining_drop <= max(RECOVERED_DROP_DB, row.sqnr_drop_db / 2)
+        for data_type, entries in _precision_options(conv, row):
+            new_rows, out_sqnr = _quant_rows(conv, stats, accepted + entries, feeds, float_values)
+            sqnr = next((r.channel_sqnr_db for r in new_rows if r.name == row.name), SQNR_CAP_DB)
+            recovers = input_sqnr - sqnr <= max(RECOVERED_DROP_DB, row.sqnr_drop_db / 2)
             # a change that makes the model's output worse is no suggestion, whatever it
             # does to the layer itself
             if (recovers or data_type == "fp32") and out_sqnr >= output_sqnr - OUTPUT_TOLERANCE_DB:
-                reason = (f"loses {row.sqnr_drop_db:.1f} dB SQNR in {row.dtype} "
-                          f"({row.saturated_percent:.2f}% saturated); in {data_type}: layer channel SQNR "
-                          f"{row.channel_sqnr_db:.1f} -> {sqnr:.1f} dB, output SQNR {output_sqnr:.1f} -> {out_sqnr:.1f} dB")
-                result.append(Suggestion(row.name, data_type, row.channel_sqnr_db, sqnr, output_sqnr,
-                                         out_sqnr, reason))
-                accepted.append(entry)
-                output_sqnr = out_sqnr
+                for entry in entries:
+                    reason = (f"{row.name} loses {row.sqnr_drop_db:.1f} dB SQNR in {row.dtype} "
+                              f"({row.saturated_percent:.2f}% saturated); with {entry['layer_name']} in "
+                              f"{data_type}: its channel SQNR {row.channel_sqnr_db:.1f} -> {sqnr:.1f} dB, "
+                              f"output SQNR {output_sqnr:.1f} -> {out_sqnr:.1f} dB")
+                    result.append(Suggestion(entry["layer_name"], data_type, row.channel_sqnr_db, sqnr,
+                                             output_sqnr, out_sqnr, reason))
+                accepted.extend(entries)
+                candidates.update(n.name for n in conv.graph.consumers(row.tensor))
+                rows, output_sqnr = new_rows, out_sqnr
                 break
     return result
 
@@ -416,9 +473,7 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
     outputs = list(conv.graph.outputs)
     fetch = tensors + [o for o in outputs if o not in tensors]
     run_model = _model_values(conv, against, qgraph, conv.config)
-    acc = {t: _Accumulator(*(_clip_range(qgraph.qparams[t]) if t in qgraph.qparams else (-math.inf, math.inf)),
-                           channel_axis=_channel_axis(conv, t))
-           for t in tensors}
+    acc = _accumulators(conv, qgraph, tensors)
     float_out: Dict[str, List[np.ndarray]] = {o: [] for o in outputs}
     model_out: Dict[str, List[np.ndarray]] = {o: [] for o in outputs}
     batches = conv.calibration_data(data, batch_size)
@@ -443,20 +498,7 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
                     model_out[t].append(q)
             samples += batch.size
             bar.update()
-    from .quantization.policy import activation_inputs
-    rows = [LayerRow(t, INPUT_OP, t, qgraph.qparams[t].dtype, list(conv.graph.tensors[t].shape),
-                     acc[t].cosine, acc[t].sqnr_db, acc[t].channel_sqnr_db,
-                     max(ideal_sqnr_db(qgraph.qparams[t].dtype) - acc[t].channel_sqnr_db, 0.0),
-                     acc[t].max_abs, acc[t].saturated_percent)
-            for t in conv.graph.inputs if t in acc and t in qgraph.qparams]
-    for n in nodes:
-        t = n.outputs[0]
-        inputs = [acc[i].channel_sqnr_db for i in activation_inputs(qgraph, n) if i in acc]
-        own = acc[t].channel_sqnr_db
-        rows.append(LayerRow(n.name, n.op, t, qgraph.qparams[t].dtype,
-                             list(conv.graph.tensors[t].shape), acc[t].cosine, acc[t].sqnr_db, own,
-                             max(min(inputs + [ideal_sqnr_db(qgraph.qparams[t].dtype)]) - own, 0.0),
-                             acc[t].max_abs, acc[t].saturated_percent))
+    rows = _rows(conv, qgraph, nodes, acc)
     output_sim = _output_similarity(float_out, model_out)
     suggestions = _suggest(conv, stats, rows, first[0], first[1], output_sim[outputs[0]]["sqnr_db"])
     return Report(against, samples, rows, output_sim, suggestions)

@@ -1,8 +1,10 @@
-"""Issue 5 acceptance, the recovery case (bench/accuracy.py, wine case): a Keras MLP trained
-here on scikit-learn's wine data, normalizing its raw features (ranges 0.1 to 1680) inside
-the model.  Naive INT8 loses many points; ``analyze()`` names the graph input and the
-``x - mean`` Sub as the worst layers and suggests int16 for both; with its suggestions in
-``layer_configs`` the quantized and the compiled model are back at FP32 accuracy."""
+"""Issue 5 acceptance, the recovery cases (bench/accuracy.py, tabular cases): Keras MLPs
+trained here on scikit-learn's wine and breast_cancer data, normalizing their raw features
+(ranges 0.1 to 1680, and 0.001 to 4254) inside the model.  Naive INT8 loses many points;
+``analyze()`` names the graph input and the ``x - mean`` Sub as the worst layers.  Wine: it
+suggests int16 for both, and with its suggestions in ``layer_configs`` the quantized and the
+compiled model are back at FP32 accuracy.  breast_cancer: int16 is not enough for the Sub; it
+suggests fp32 for it, which wins the loss back too."""
 from __future__ import annotations
 
 import tempfile
@@ -17,20 +19,31 @@ pytest.importorskip("sklearn")
 BATCH = 20
 
 
-@pytest.fixture(scope="module")
-def wine_naive():
-    """(converter with naive statistics, frozen graph, test images, labels, FP32 top-1 %)."""
+def _naive(dataset: str):
+    """(converter with naive statistics, frozen graph, test samples, labels, FP32 top-1 %)."""
     import ratelnn
     from ratelnn.frontend.tensorflow import converter, freeze_keras
-    from ratelnn.testing.tabular import load_wine_split, train_wine_mlp
+    from ratelnn.testing.tabular import load_tabular_split, train_tabular_mlp
     ratelnn.tf_init()
-    (x_train, y_train), (x_test, y_test) = load_wine_split()
-    graph_def, inputs, outputs = freeze_keras(train_wine_mlp(x_train, y_train), [[BATCH, x_train.shape[1]]])
+    (x_train, y_train), (x_test, y_test) = load_tabular_split(dataset)
+    n_cal, n_test = len(x_train) // BATCH * BATCH, len(x_test) // BATCH * BATCH
+    graph_def, inputs, outputs = freeze_keras(train_tabular_mlp(x_train, y_train), [[BATCH, x_train.shape[1]]])
     config = {"input_nodes": inputs, "output_nodes": outputs, "input_shapes": [[BATCH, x_train.shape[1]]],
-              "output_dir": tempfile.mkdtemp(prefix="wine-"), "auto_int16": False}
+              "output_dir": tempfile.mkdtemp(prefix=f"{dataset}-"), "auto_int16": False}
     conv = converter(graph_def, config)
-    conv.calibrate(x_train[:80], progress=False)
-    return conv, graph_def, x_test[:80], y_test[:80], _top1(graph_def, conv, x_test[:80], y_test[:80])
+    conv.calibrate(x_train[:n_cal], progress=False)
+    x, y = x_test[:n_test], y_test[:n_test]
+    return conv, graph_def, x, y, _top1(graph_def, conv, x, y)
+
+
+@pytest.fixture(scope="module")
+def wine_naive():
+    return _naive("wine")
+
+
+@pytest.fixture(scope="module")
+def breast_cancer_naive():
+    return _naive("breast_cancer")
 
 
 def _top1(graph_def, conv, x, y) -> float:
@@ -70,3 +83,17 @@ def test_worst_layer_alone_in_int16_raises_accuracy(wine_naive):
     inp = conv.config["input_nodes"][0]
     one = converter(graph_def, dict(conv.config, layer_configs=[{"layer_name": inp, "data_type": "int16"}]))
     assert _top1(one.to_quant(), conv, x, y) > naive             # 85.0 -> 90.0 here
+
+
+def test_breast_cancer_analyze_suggests_fp32_normalization_and_wins_it_back(breast_cancer_naive):
+    from ratelnn.frontend.tensorflow import converter
+    conv, graph_def, x, y, fp32 = breast_cancer_naive
+    naive = _top1(conv.to_quant(), conv, x, y)
+    assert fp32 >= 90.0 and naive <= fp32 - 2.0, (fp32, naive)          # 97.1 -> 92.1 here
+    report = conv.analyze(x[:4 * BATCH])
+    sub = next(r for r in report.rows if r.op == "Sub")
+    assert {"layer_name": sub.name, "data_type": "fp32"} in report.layer_configs(), report.table()
+    fixed = converter(graph_def, dict(conv.config, layer_configs=report.layer_configs()))
+    quant = _top1(fixed.to_quant(), conv, x, y)
+    npu = _top1(fixed.to_npu(), conv, x, y)
+    assert quant >= fp32 - 0.5 and npu == quant, (fp32, naive, quant, npu)
