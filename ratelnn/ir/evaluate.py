@@ -254,9 +254,9 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray],
     values: Dict[str, np.ndarray] = {k: np.asarray(v) for k, v in graph.params.items()}
     for name in graph.inputs:
         values[name] = np.asarray(feeds[name])
-    needed = _needed_nodes(graph, fetches)
+    needed = graph.upstream(fetches)
     for node in graph.nodes:
-        if id(node) not in needed:
+        if not any(t in needed for t in node.outputs):
             continue
         try:
             args = [values[t] for t in node.inputs]
@@ -268,18 +268,3 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray],
     if unknown:
         raise EvaluationError(f"cannot fetch {unknown}: not produced by graph {graph.name!r}")
     return {t: values[t] for t in fetches}
-
-
-def _needed_nodes(graph: Graph, fetches: Sequence[str]) -> set:
-    producers = {t: n for n in graph.nodes for t in n.outputs}
-    needed, stack, seen = set(), list(fetches), set()
-    while stack:
-        t = stack.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        n = producers.get(t)
-        if n is not None and id(n) not in needed:
-            needed.add(id(n))
-            stack.extend(n.inputs)
-    return needed

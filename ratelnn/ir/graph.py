@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections import defaultdict
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -167,20 +167,26 @@ class Graph:
         ids = {id(n) for n in nodes}
         self.nodes = [n for n in self.nodes if id(n) not in ids]
 
-    def prune(self) -> None:
-        """Drop nodes, params and tensor infos that no graph output depends on."""
+    def upstream(self, tensors: Iterable[str]) -> Set[str]:
+        """``tensors`` and every tensor they depend on (all outputs of the nodes producing them,
+        inputs and params included)."""
         prod = self._producers()
-        live_tensors = set()
-        stack = list(self.outputs)
+        reached: Set[str] = set()
+        stack = list(tensors)
         while stack:
             t = stack.pop()
-            if t in live_tensors:
+            if t in reached:
                 continue
-            live_tensors.add(t)
+            reached.add(t)
             n = prod.get(t)
             if n is not None:
                 stack.extend(n.inputs)
-                live_tensors.update(n.outputs)
+                reached.update(n.outputs)
+        return reached
+
+    def prune(self) -> None:
+        """Drop nodes, params and tensor infos that no graph output depends on."""
+        live_tensors = self.upstream(self.outputs)
         self.nodes = [n for n in self.nodes if any(t in live_tensors for t in n.outputs)]
         self.params = {k: v for k, v in self.params.items() if k in live_tensors}
         keep = live_tensors | set(self.inputs)
