@@ -375,20 +375,17 @@ def _accumulators(conv, qgraph, tensors) -> Dict[str, _Accumulator]:
 def _rows(conv, qgraph, nodes, acc: Mapping[str, _Accumulator]) -> List[LayerRow]:
     """One LayerRow per quantized graph input, then per quantized node (module docstring)."""
     from .quantization.policy import activation_inputs
-    rows = [LayerRow(t, INPUT_OP, t, qgraph.qparams[t].dtype, list(conv.graph.tensors[t].shape),
-                     acc[t].cosine, acc[t].sqnr_db, acc[t].channel_sqnr_db,
-                     max(ideal_sqnr_db(qgraph.qparams[t].dtype) - acc[t].channel_sqnr_db, 0.0),
-                     acc[t].max_abs, acc[t].saturated_percent)
-            for t in conv.graph.inputs if t in acc and t in qgraph.qparams]
-    for n in nodes:
-        t = n.outputs[0]
-        inputs = [acc[i].channel_sqnr_db for i in activation_inputs(qgraph, n) if i in acc]
-        own = acc[t].channel_sqnr_db
-        rows.append(LayerRow(n.name, n.op, t, qgraph.qparams[t].dtype,
-                             list(conv.graph.tensors[t].shape), acc[t].cosine, acc[t].sqnr_db, own,
-                             max(min(inputs + [ideal_sqnr_db(qgraph.qparams[t].dtype)]) - own, 0.0),
-                             acc[t].max_abs, acc[t].saturated_percent))
-    return rows
+
+    def row(name: str, op: str, t: str, input_sqnrs: List[float]) -> LayerRow:
+        dtype, own = qgraph.qparams[t].dtype, acc[t].channel_sqnr_db
+        drop = max(min(input_sqnrs + [ideal_sqnr_db(dtype)]) - own, 0.0)
+        return LayerRow(name, op, t, dtype, list(conv.graph.tensors[t].shape), acc[t].cosine,
+                        acc[t].sqnr_db, own, drop, acc[t].max_abs, acc[t].saturated_percent)
+
+    return ([row(t, INPUT_OP, t, []) for t in conv.graph.inputs if t in acc and t in qgraph.qparams]
+            + [row(n.name, n.op, n.outputs[0],
+                   [acc[i].channel_sqnr_db for i in activation_inputs(qgraph, n) if i in acc])
+               for n in nodes])
 
 
 def _quant_rows(conv, stats, extra_layer_configs, feeds, float_values) -> tuple:
@@ -428,12 +425,13 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
     suggestion kept, the layers are ranked again on the first batch with it applied."""
     result: List[Suggestion] = []
     accepted: List[Dict[str, str]] = []
-    tried = set()
     candidates = {r.name for r in rows if r.sqnr_drop_db >= SUGGEST_DROP_DB}
+    tried = set()
     for _ in range(MAX_TRIES):
+        untried = candidates - tried
         row = next((r for r in sorted(rows, key=lambda r: r.sqnr_drop_db, reverse=True)
-                    if r.sqnr_drop_db >= SUGGEST_DROP_DB and r.name in candidates - tried), None)
-        if row is None or len(result) == MAX_SUGGESTIONS:
+                    if r.sqnr_drop_db >= SUGGEST_DROP_DB and r.name in untried), None)
+        if row is None or len(result) >= MAX_SUGGESTIONS:
             break
         tried.add(row.name)
         input_sqnr = row.channel_sqnr_db + row.sqnr_drop_db

@@ -17,15 +17,13 @@ from typing import Tuple
 
 import numpy as np
 
+DATASETS = ("wine", "breast_cancer")
 SEED = 0
 EPOCHS = 100
 BATCH_SIZE = 32
 LEARNING_RATE = 1e-3
 
 Split = Tuple[np.ndarray, np.ndarray]
-
-
-DATASETS = ("wine", "breast_cancer")
 
 
 def load_tabular_split(dataset: str = "wine", seed: int = SEED) -> Tuple[Split, Split]:
