@@ -12,21 +12,27 @@ library.
 from __future__ import annotations
 
 import fcntl
-import re
+import functools
 import hashlib
 import os
+import platform
+import re
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, List, Sequence
 
 OPS_DIR = Path(__file__).resolve().parent.parent / "ops"
 if not OPS_DIR.is_dir():  # installed non-editable: sources are shipped inside the package
     OPS_DIR = Path(__file__).resolve().parent / "_ops_src"
 
-COMPILE_FLAGS = ["-O3", "-fPIC", "-march=native", "-std=c++17", "-Wall", "-Wno-sign-compare",
-                 "-Wno-unused-function"]
+# No -march: every object is built for the architecture's baseline (x86-64: SSE2), so a
+# library runs on any machine of that architecture.  Kernels that use wider instruction
+# sets are compiled per path inside the sources and chosen at run time (ops/core/isa.h).
+COMPILE_FLAGS = ["-O3", "-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare",
+                 "-Wno-unused-function",
+                 "-Wno-psabi"]  # 32-byte vector-extension lanes in baseline builds (minmax.cc)
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
@@ -51,9 +57,38 @@ def _local_includes(path: Path, seen: set) -> None:
                 break
 
 
+@functools.lru_cache(maxsize=None)
+def toolchain_identity(cxx: str) -> str:
+    """What the objects depend on besides sources and flags: the compiler's version and
+    target triple, and this machine's architecture (never its instruction-set extensions,
+    which the built code detects at run time)."""
+    try:
+        proc = subprocess.run([cxx, "-dumpfullversion", "-dumpmachine"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=60)
+        compiler = proc.stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BuildError(f"cannot run the C++ compiler {cxx!r}: {exc}") from exc
+    return f"{compiler}\0{platform.machine()}\0{platform.system()}"
+
+
+@functools.lru_cache(maxsize=None)
+def avx512fp16_off_flags(cxx: str | None = None) -> List[str]:
+    """``["-mno-avx512fp16"]`` where the compiler knows the option, else ``[]``.
+
+    TensorFlow's bundled Eigen does not compile with AVX512-FP16 enabled (its
+    PacketMathFP16.h), which a compiler whose default or configured target is Sapphire
+    Rapids or newer enables; the TF glue turns it off so it compiles for any target.
+    """
+    cxx = cxx or os.environ.get("CXX", "g++")
+    probe = subprocess.run([cxx, "-mno-avx512fp16", "-x", "c++", "-fsyntax-only", "-"], input="",
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    return ["-mno-avx512fp16"] if probe.returncode == 0 else []
+
+
 def object_key(source: Path, flags: Sequence[str]) -> str:
-    """Hash of the source, the ops/ headers it includes (transitively), flags and compiler."""
-    h = hashlib.sha256()
+    """Hash of the source, the ops/ headers it includes (transitively), the flags and the
+    toolchain (:func:`toolchain_identity` of ``flags[0]``, the compiler)."""
+    h = hashlib.sha256(toolchain_identity(flags[0]).encode())
     headers: set = set()
     _local_includes(source, headers)
     for p in [source, *sorted(headers)]:
@@ -82,6 +117,11 @@ def _run_locked(target: Path, cmd_for_tmp) -> None:
         os.replace(tmp, target)
 
 
+def compiler_command(compile_flags: Sequence[str] = (), cxx: str | None = None) -> List[str]:
+    """The compiler and every flag an object of ops/ is compiled with (add ``-c SRC -o OBJ``)."""
+    return [cxx or os.environ.get("CXX", "g++"), *COMPILE_FLAGS, f"-I{OPS_DIR}", *compile_flags]
+
+
 def build_library(name: str, sources: Iterable[Path], compile_flags: Sequence[str] = (),
                   link_flags: Sequence[str] = (), cxx: str | None = None) -> Path:
     """Return the path of ``lib<name>-<key>.so`` built from ``sources``, building it if needed.
@@ -92,7 +132,7 @@ def build_library(name: str, sources: Iterable[Path], compile_flags: Sequence[st
     """
     sources = [Path(s).resolve() for s in sources]
     cxx = cxx or os.environ.get("CXX", "g++")
-    flags = [cxx, *COMPILE_FLAGS, f"-I{OPS_DIR}", *compile_flags]
+    flags = compiler_command(compile_flags, cxx)
     objdir = cache_dir() / "obj"
     objdir.mkdir(exist_ok=True)
     objects = [objdir / f"{s.stem}-{object_key(s, flags)}.o" for s in sources]

@@ -10,15 +10,16 @@ in-memory calibration statistics to disk (docs/statistics.md).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.metadata
 import importlib.util
 import os
 import threading
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List, Tuple
 
-from ._build import OPS_DIR, build_library
+from ._build import OPS_DIR, avx512fp16_off_flags, build_library
 from .errors import CalibrationError
 from .mxnet_compat import import_mxnet
 
@@ -35,13 +36,16 @@ def _check_framework(framework: str) -> None:
         raise ValueError(f"unknown framework {framework!r}; expected one of {FRAMEWORKS}")
 
 
-def _tensorflow_sources() -> List[str]:
+def tensorflow_sources() -> List[str]:
+    """The sources of the TensorFlow op library: ops/core and ops/tensorflow."""
     core = sorted((OPS_DIR / "core").glob("*.cc"))
     glue = sorted((OPS_DIR / "tensorflow").glob("*.cc"))
     return [str(p) for p in core + glue]
 
 
-def _build_tensorflow_library() -> str:
+def tensorflow_build_flags() -> Tuple[List[str], List[str]]:
+    """``(compile flags, link flags)`` of the TensorFlow op library, besides
+    ``ratelnn._build.COMPILE_FLAGS``."""
     import tensorflow as tf
 
     compile_flags = list(tf.sysconfig.get_compile_flags()) + [
@@ -50,9 +54,13 @@ def _build_tensorflow_library() -> str:
         # The include paths already differ per TF install; the version define makes the
         # cache key change with the TF version even when the path does not.
         f"-DRATELNN_TF_VERSION={tf.__version__}",
-    ]
-    link_flags = list(tf.sysconfig.get_link_flags())
-    return str(build_library("ratelnn_tf", _tensorflow_sources(), compile_flags, link_flags))
+    ] + avx512fp16_off_flags()
+    return compile_flags, list(tf.sysconfig.get_link_flags())
+
+
+def _build_tensorflow_library() -> str:
+    compile_flags, link_flags = tensorflow_build_flags()
+    return str(build_library("ratelnn_tf", tensorflow_sources(), compile_flags, link_flags))
 
 
 def _mxnet_package_dir() -> Path:
@@ -63,11 +71,10 @@ def _mxnet_package_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _build_mxnet_library() -> str:
+def mxnet_build_flags() -> Tuple[List[str], List[str]]:
+    """``(compile flags, link flags)`` of the MXNet op library, besides
+    ``ratelnn._build.COMPILE_FLAGS``."""
     mx_dir = _mxnet_package_dir()
-    lib_api_cc = mx_dir / "src" / "lib_api.cc"
-    if not lib_api_cc.is_file():
-        raise FileNotFoundError(f"{lib_api_cc} is missing: the MXNet wheel ships it with lib_api.h")
     version = importlib.metadata.version("mxnet")
     compile_flags = [
         f"-I{mx_dir / 'include'}",
@@ -79,15 +86,22 @@ def _build_mxnet_library() -> str:
         f"-DRATELNN_MX_VERSION={version}",
     ]
     # -Bsymbolic: calls inside the library bind to its own definitions, never to libmxnet's
-    link_flags = ["-Wl,-Bsymbolic", "-pthread"]
-    return str(build_library("ratelnn_mx", _mxnet_sources() + [str(lib_api_cc)], compile_flags,
-                             link_flags))
+    return compile_flags, ["-Wl,-Bsymbolic", "-pthread"]
 
 
-def _mxnet_sources() -> List[str]:
+def _build_mxnet_library() -> str:
+    compile_flags, link_flags = mxnet_build_flags()
+    return str(build_library("ratelnn_mx", mxnet_sources(), compile_flags, link_flags))
+
+
+def mxnet_sources() -> List[str]:
+    """The sources of the MXNet op library: ops/core, ops/mxnet and the wheel's lib_api.cc."""
+    lib_api_cc = _mxnet_package_dir() / "src" / "lib_api.cc"
+    if not lib_api_cc.is_file():
+        raise FileNotFoundError(f"{lib_api_cc} is missing: the MXNet wheel ships it with lib_api.h")
     core = sorted((OPS_DIR / "core").glob("*.cc"))
     glue = sorted((OPS_DIR / "mxnet").glob("*.cc"))
-    return [str(p) for p in core + glue]
+    return [str(p) for p in core + glue] + [str(lib_api_cc)]
 
 
 _BUILDERS = {"tensorflow": _build_tensorflow_library, "mxnet": _build_mxnet_library}
@@ -140,6 +154,41 @@ def mx_init():
                 mx.library.load(path, verbose=False)
             _mx_loaded = True
         return path
+
+
+def _loaded_libraries() -> List[ctypes.CDLL]:
+    """Handles of the op libraries this process has loaded (RTLD_NOLOAD: never loads one)."""
+    with _lock:
+        paths = list(_library_paths.values())
+    handles = []
+    for path in paths:
+        try:
+            handles.append(ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW))
+        except OSError:
+            continue
+    return handles
+
+
+@contextlib.contextmanager
+def force_isa(name: str) -> Iterator[str]:
+    """Run every native kernel of this process on instruction-set path ``name`` inside the
+    ``with`` block: the NPU executor's and those of the loaded TensorFlow/MXNet op libraries
+    (calibration scans, engine ops).  Raises ``ratelnn.npu.EngineError`` if this CPU lacks
+    the path.  ``RATELNN_ISA=name`` does the same for a whole process."""
+    from .npu import native
+
+    libraries = _loaded_libraries()
+    err = ctypes.create_string_buffer(4096)
+    previous = native.native_isa().encode()
+    with native.force_isa(name):
+        try:
+            for lib in libraries:
+                if lib.ratelnn_isa_set(name.encode(), err, len(err)) != 0:
+                    raise native.EngineError(err.value.decode(errors="replace"))
+            yield name
+        finally:
+            for lib in libraries:
+                lib.ratelnn_isa_set(previous, err, len(err))
 
 
 def flush_statistics() -> None:

@@ -9,6 +9,7 @@ import pytest
 import ratelnn
 from ratelnn.calibration.histogram import AbsHistogram
 from ratelnn.calibration.stats import load_statistics
+from ratelnn.npu import ISA_PATHS, supported_isas
 
 tf = pytest.importorskip("tensorflow")
 
@@ -31,8 +32,17 @@ def run_batches(ops, output_dir, batches, threads=2):
             np.testing.assert_array_equal(sess.run("out:0", {"x:0": batch}), batch)
 
 
+@pytest.mark.parametrize("path", ISA_PATHS)
 @pytest.mark.parametrize("threads", [1, 3])
-def test_sharded_batches_inside_and_beyond_the_hint_match_numpy(ops, tmp_path, threads):
+def test_sharded_batches_inside_and_beyond_the_hint_match_numpy(ops, tmp_path, threads, path):
+    """On every kernel path this CPU has (the scans have a portable and an AVX2 path)."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path")
+    with ratelnn.oplib.force_isa(path):
+        check_batches_match_numpy(ops, tmp_path, threads)
+
+
+def check_batches_match_numpy(ops, tmp_path, threads):
     rng = np.random.default_rng(7)
     relu = np.maximum(rng.normal(0, 2, SHAPE), 0).astype(np.float32)  # half in bin 0
     small = rng.laplace(0, 0.01, SHAPE).astype(np.float32)   # far below the hint

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from ratelnn.npu import force_isa, supported_isas
 from ratelnn.npu.engine import (EngineBuilder, EngineError, make_lut, make_softmax_table, qabs, qrange,
                                 quantize_multiplier, quantize_real)
 
@@ -25,15 +26,31 @@ def rand_codes(data, shape, dtype):
     return np.random.default_rng(seed).integers(lo, hi + 1, size=shape).astype(dtype)
 
 
+def native_on_every_path(eng, inputs, **run_args):
+    """``[(kernel path, native outputs)]`` for every path this CPU supports (ratelnn.npu.ISA_PATHS;
+    tests/test_isa_paths.py reports the ones it lacks as not run)."""
+    runs = []
+    for path in supported_isas():
+        with force_isa(path):
+            runs.append((path, eng.run(inputs, backend="native", **run_args)))
+    return runs
+
+
+def assert_native_equals_reference(eng, inputs, thread_counts=(2,)):
+    """Run ``eng`` on the reference and, on every supported kernel path and thread count, the
+    native executor; assert bit equality; return the reference outputs."""
+    ref = eng.run(inputs, backend="reference")
+    for threads in thread_counts:
+        for path, nat in native_on_every_path(eng, inputs, num_threads=threads):
+            for r, n in zip(ref, nat):
+                assert r.dtype == n.dtype and r.shape == n.shape, path
+                np.testing.assert_array_equal(r, n, err_msg=f"kernel path {path}, {threads} threads")
+    return ref
+
+
 def run_both(builder, inputs):
     """Build, run on both backends, assert bit equality, return the reference outputs."""
-    eng = builder.build()
-    ref = eng.run(inputs, backend="reference")
-    nat = eng.run(inputs, backend="native")
-    for r, n in zip(ref, nat):
-        assert r.dtype == n.dtype and r.shape == n.shape
-        np.testing.assert_array_equal(r, n)
-    return ref
+    return assert_native_equals_reference(builder.build(), inputs)
 
 
 def assert_close_codes(got, real, out_scale, out_dtype, tol=1, lo=None, hi=None):

@@ -3,12 +3,12 @@ npu_kernels.h): channel counts around the 16-channel blocks and 8-lane vectors, 
 FULLY_CONNECTED GEMMs with row tails and several pixel tiles, depthwise with multipliers,
 int16 activations with chunked (wide) accumulation, the scalar int16 x int16 path, and the
 chunked elementwise ops.  Native must equal the numpy reference bit for bit, with 1 and 2
-threads."""
+threads, on every kernel path the CPU supports (portable, AVX2, AVX-512, AVX-512 VNNI)."""
 import numpy as np
 from hypothesis import given, strategies as st
 
 from ratelnn.npu.engine import EngineBuilder, qabs, quantize_multiplier
-from test_npu_executors import SETTINGS, rand_codes, requant_consts, scale
+from test_npu_executors import SETTINGS, assert_native_equals_reference, rand_codes, requant_consts, scale
 
 ACT = st.sampled_from(["int8", "uint8", "int16"])
 # around the vector widths: 1, 7, 8, 9, 15, 16, 17, 31, 32, 33
@@ -16,13 +16,7 @@ CHANNELS = st.one_of(st.integers(1, 40), st.sampled_from([7, 8, 9, 15, 16, 17, 3
 
 
 def check(builder, inputs):
-    eng = builder.build()
-    ref = eng.run(inputs, backend="reference")
-    for threads in (1, 2):
-        for r, n in zip(ref, eng.run(inputs, backend="native", num_threads=threads)):
-            assert r.dtype == n.dtype and r.shape == n.shape
-            np.testing.assert_array_equal(r, n)
-    return ref
+    return assert_native_equals_reference(builder.build(), inputs, thread_counts=(1, 2))
 
 
 def conv_case(data, xdt, wdt, n, h, w, cin, cout, k, stride, dil, groups, relu=False, leaky=False):

@@ -6,11 +6,12 @@
 #include <cstring>
 #include <mutex>
 
-#if defined(__AVX2__)
+#include "core/float_env.h"
+#include "core/isa.h"
+
+#if RATELNN_X86_PATHS
 #include <immintrin.h>
 #endif
-
-#include "core/float_env.h"
 
 namespace ratelnn {
 namespace {
@@ -21,12 +22,6 @@ constexpr int kLaneCount = 8;
 
 typedef int32_t IntLanes __attribute__((vector_size(32)));
 typedef uint32_t UIntLanes __attribute__((vector_size(32)));
-
-inline Lanes LoadLanes(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 constexpr uint32_t kAbsMask = 0x7fffffffu;      // clears the sign bit
 constexpr uint32_t kNonFiniteBits = 0x7f800000u;  // |x| bits at or above: Inf or NaN
@@ -48,24 +43,10 @@ inline BatchRange FoldRange(BatchRange r, float v) {
   return r;
 }
 
-// Bin index (0 .. kLastBin) of every lane's |v|: |v| * scale truncated; values at or above
-// the range, and NaN (whose conversion gives 0x80000000), land in the last bin.
-inline UIntLanes BinIndex(UIntLanes abs_bits, const Lanes& scale) {
-  const Lanes abs_value = reinterpret_cast<Lanes>(abs_bits);
-  const UIntLanes index = reinterpret_cast<UIntLanes>(
-      __builtin_convertvector(abs_value * scale, IntLanes));
-  return index > kLastBin ? kLastBin : index;  // unsigned min
-}
-
-inline uint32_t ScalarBinIndex(float v, float scale) {
-  const float scaled = std::fabs(v) * scale;
-  return std::min(static_cast<uint32_t>(static_cast<int32_t>(scaled)), kLastBin);
-}
-
 // Elements per block of ScanAndCount: the block's counter slots (4 bytes each) stay in L1.
 constexpr int64_t kSlotBlock = 1024;
 
-#if defined(__AVX2__)
+#if RATELNN_X86_PATHS
 // kCompactLanes[mask]: the lanes whose bit is set in `mask`, in order, then the others
 // (for _mm256_permutevar8x32_epi32, which moves those lanes to the front).
 constexpr std::array<std::array<int32_t, kLaneCount>, 256> CompactLanePermutations() {
@@ -82,81 +63,36 @@ alignas(32) constexpr std::array<std::array<int32_t, kLaneCount>, 256> kCompactL
     CompactLanePermutations();
 #endif
 
-// Appends to slots[*written ...] the slot of every lane whose bin is not 0, in lane order.
-// Writes kLaneCount slots at slots + *written whatever the count (the caller leaves room).
-inline void AppendNonZeroBinSlots(const UIntLanes& bin, const UIntLanes& slot, uint32_t* slots,
-                                  int64_t* written) {
-#if defined(__AVX2__)
-  const __m256i bin_vec = reinterpret_cast<__m256i>(bin);
-  const __m256i in_bin_0 = _mm256_cmpeq_epi32(bin_vec, _mm256_setzero_si256());
-  const int keep = ~_mm256_movemask_ps(_mm256_castsi256_ps(in_bin_0)) & 0xff;
-  const __m256i order = _mm256_load_si256(
-      reinterpret_cast<const __m256i*>(kCompactLanes[keep].data()));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(slots + *written),
-                      _mm256_permutevar8x32_epi32(reinterpret_cast<__m256i>(slot), order));
-  *written += __builtin_popcount(keep);
-#else
-  for (int j = 0; j < kLaneCount; ++j) {
-    slots[*written] = slot[j];
-    *written += bin[j] != 0;
-  }
-#endif
-}
+// ------------------------------------------------------------------ the scans, per path
+#define RATELNN_ISA_LEVEL 0
+namespace isa_portable {
+#include "core/minmax_kernels.inc"
+}  // namespace isa_portable
+#undef RATELNN_ISA_LEVEL
 
-// One pass over x[0, n), n > 0: the range, and |x| binned with `scale` = 2^(11 - range_exp)
-// into counts[k * kCopies + copy] (copy = lane % kCopies). Min/max use two accumulators of
-// kLaneCount lanes, as ScanRange. Per block, a vector loop computes the range and the
-// counter slot of every element not in bin 0 (those are only counted: ReLU outputs are
-// about half exact zeros); then a scalar loop increments the counters of the others: one
-// load and one read-modify-write per element, with no dependency on the vector work.
+#if RATELNN_X86_PATHS
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c")
+#define RATELNN_ISA_LEVEL 1
+namespace isa_avx2 {
+#include "core/minmax_kernels.inc"
+}  // namespace isa_avx2
+#undef RATELNN_ISA_LEVEL
+#pragma GCC pop_options
+#endif
+
+// `return isa_<path>::call;` for the active path (AVX-512 machines run the AVX2 scans).
+#if RATELNN_X86_PATHS
+#define RATELNN_ON_ACTIVE_PATH(call) \
+  if (active_isa() >= Isa::kAvx2) return isa_avx2::call; \
+  return isa_portable::call;
+#else
+#define RATELNN_ON_ACTIVE_PATH(call) return isa_portable::call;
+#endif
+
 template <int kCopies, typename Count>
 BatchRange ScanAndCount(const float* x, int64_t n, float scale, Count* counts) {
-  ScopedExactFloatEnv exact_float;  // denormals compare as themselves, not as zero
-  BatchRange r{x[0], x[0], true};
-  const int64_t full = n - n % (2 * kLaneCount);
-  if (full > 0) {
-    const Lanes scale_lanes = Lanes{} + scale;
-    UIntLanes copy_offset = {0, 1, 2, 3, 4, 5, 6, 7};
-    copy_offset = copy_offset % kCopies;
-    Lanes min0 = LoadLanes(x), max0 = min0, min1 = min0, max1 = min0;
-    UIntLanes non_finite = {};
-    int64_t bin_0_count = 0;
-    alignas(32) uint32_t slots[kSlotBlock];
-    for (int64_t block = 0; block < full; block += kSlotBlock) {
-      const int64_t block_size = std::min(kSlotBlock, full - block);
-      const float* xb = x + block;
-      int64_t written = 0;  // <= i below, so every 8-slot store stays inside `slots`
-      for (int64_t i = 0; i < block_size; i += 2 * kLaneCount) {
-        const Lanes a = LoadLanes(xb + i), b = LoadLanes(xb + i + kLaneCount);
-        min0 = a < min0 ? a : min0;
-        max0 = a > max0 ? a : max0;
-        min1 = b < min1 ? b : min1;
-        max1 = b > max1 ? b : max1;
-        const UIntLanes abs_a = reinterpret_cast<UIntLanes>(a) & kAbsMask;
-        const UIntLanes abs_b = reinterpret_cast<UIntLanes>(b) & kAbsMask;
-        non_finite |= reinterpret_cast<UIntLanes>(abs_a >= kNonFiniteBits);
-        non_finite |= reinterpret_cast<UIntLanes>(abs_b >= kNonFiniteBits);
-        const UIntLanes bin_a = BinIndex(abs_a, scale_lanes);
-        const UIntLanes bin_b = BinIndex(abs_b, scale_lanes);
-        AppendNonZeroBinSlots(bin_a, bin_a * kCopies + copy_offset, slots, &written);
-        AppendNonZeroBinSlots(bin_b, bin_b * kCopies + copy_offset, slots, &written);
-      }
-      bin_0_count += block_size - written;
-      for (int64_t i = 0; i < written; ++i) ++counts[slots[i]];
-    }
-    counts[0] += bin_0_count;
-    for (int j = 0; j < kLaneCount; ++j) {
-      r.min = std::fmin(r.min, std::fmin(min0[j], min1[j]));
-      r.max = std::fmax(r.max, std::fmax(max0[j], max1[j]));
-      r.all_finite = r.all_finite && non_finite[j] == 0;
-    }
-  }
-  for (int64_t i = full; i < n; ++i) {
-    r = FoldRange(r, x[i]);
-    r.all_finite = r.all_finite && std::isfinite(x[i]);
-    ++counts[ScalarBinIndex(x[i], scale) * kCopies];
-  }
-  return r;
+  RATELNN_ON_ACTIVE_PATH(ScanAndCount<kCopies>(x, n, scale, counts))
 }
 
 // ScanAndCount of a chunk (n <= kHistogramChunk) through 32-bit interleaved copies.
@@ -209,37 +145,7 @@ void HistogramPass(const float* x, int64_t n, int range_exp, const PartRunner& r
 
 }  // namespace
 
-BatchRange ScanRange(const float* x, int64_t n) {
-  ScopedExactFloatEnv exact_float;  // denormals compare as themselves, not as zero
-  BatchRange r{x[0], x[0], true};
-  float poison = 0.0f;  // sum of (v - v): 0 if every v is finite, NaN otherwise
-  const int64_t full = n - n % (2 * kLaneCount);
-  if (full > 0) {
-    Lanes min0 = LoadLanes(x), max0 = min0, min1 = min0, max1 = min0;
-    Lanes poison0 = min0 - min0, poison1 = poison0;
-    for (int64_t i = 0; i < full; i += 2 * kLaneCount) {
-      const Lanes a = LoadLanes(x + i), b = LoadLanes(x + i + kLaneCount);
-      min0 = a < min0 ? a : min0;
-      max0 = a > max0 ? a : max0;
-      min1 = b < min1 ? b : min1;
-      max1 = b > max1 ? b : max1;
-      poison0 += a - a;
-      poison1 += b - b;
-    }
-    for (int j = 0; j < kLaneCount; ++j) {
-      r.min = std::fmin(r.min, std::fmin(min0[j], min1[j]));
-      r.max = std::fmax(r.max, std::fmax(max0[j], max1[j]));
-      poison += poison0[j] + poison1[j];
-    }
-  }
-  for (int64_t i = full; i < n; ++i) {
-    r.min = x[i] < r.min ? x[i] : r.min;
-    r.max = x[i] > r.max ? x[i] : r.max;
-    poison += x[i] - x[i];
-  }
-  r.all_finite = poison == 0.0f;
-  return r;
-}
+BatchRange ScanRange(const float* x, int64_t n) { RATELNN_ON_ACTIVE_PATH(ScanRangeImpl(x, n)) }
 
 BatchRange MergeRanges(const BatchRange& a, const BatchRange& b) {
   return BatchRange{a.min < b.min ? a.min : b.min, a.max > b.max ? a.max : b.max,

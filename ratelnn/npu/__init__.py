@@ -1,7 +1,8 @@
 """The emulated NPU: engine format, executors, device, cost model (DESIGN §6, §7)."""
 from .engine import (Engine, EngineBuilder, EngineError, make_lut, make_softmax_table,
                      quantize_multiplier)
+from .native import ISA_PATHS, force_isa, native_isa, supported_isas
 from .profile import DeviceTime, device_time, device_times, profile, reset_device_time
 
 __all__ = ["Engine", "EngineBuilder", "EngineError", "make_lut", "make_softmax_table",
-           "quantize_multiplier", "DeviceTime", "device_time", "device_times", "profile", "reset_device_time"]
+           "quantize_multiplier", "ISA_PATHS", "force_isa", "native_isa", "supported_isas", "DeviceTime", "device_time", "device_times", "profile", "reset_device_time"]

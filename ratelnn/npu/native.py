@@ -2,13 +2,18 @@
 
 The library ``ratelnn_npu`` is built on first use and cached (ratelnn/_build.py).
 :class:`NativeEngine` owns one decoded, validated engine on the C++ side.
+
+The kernels run one of the instruction-set paths of :data:`ISA_PATHS`, the best the CPU
+supports unless ``RATELNN_ISA`` names another (ops/core/isa.h); :func:`native_isa` says
+which, :func:`force_isa` switches paths (to compare them: they compute the same bits).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -20,9 +25,15 @@ _lib = None
 _lib_lock = threading.Lock()
 
 
+# Kernel paths, slowest first; every one gives the same bits (docs/npu-arithmetic.md).
+ISA_PATHS = ("portable", "avx2", "avx512", "avx512_vnni")
+ISA_ENV = "RATELNN_ISA"
+
+
 def library_sources() -> List[Path]:
     """Sources of the native executor library (no framework dependency)."""
-    return sorted((OPS_DIR / "core").glob("npu_*.cc")) + [OPS_DIR / "capi" / "npu_capi.cc"]
+    core = OPS_DIR / "core"
+    return sorted(core.glob("npu_*.cc")) + [core / "isa.cc", OPS_DIR / "capi" / "npu_capi.cc"]
 
 
 def library_path() -> Path:
@@ -45,8 +56,50 @@ def _load():
                 ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
                 ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
             lib.ratel_npu_engine_run.restype = ctypes.c_int
+            lib.ratelnn_isa_active.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            lib.ratelnn_isa_active.restype = ctypes.c_char_p
+            lib.ratelnn_isa_supported.argtypes = [ctypes.c_char_p]
+            lib.ratelnn_isa_supported.restype = ctypes.c_int
+            lib.ratelnn_isa_set.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+            lib.ratelnn_isa_set.restype = ctypes.c_int
             _lib = lib
     return _lib
+
+
+def native_isa() -> str:
+    """The kernel path the native executor runs (one of :data:`ISA_PATHS`).  Raises
+    :class:`EngineError` when ``RATELNN_ISA`` names an unknown path or one this CPU lacks."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    name = _load().ratelnn_isa_active(err, _ERR_LEN)
+    if name is None:
+        raise EngineError(err.value.decode(errors="replace"))
+    return name.decode()
+
+
+def supported_isas() -> Tuple[str, ...]:
+    """The paths of :data:`ISA_PATHS` this CPU (and OS) can run, slowest first."""
+    lib = _load()
+    return tuple(p for p in ISA_PATHS if lib.ratelnn_isa_supported(p.encode()) == 1)
+
+
+def set_isa(name: str) -> None:
+    """Run the native kernels on path ``name`` from now on, in this process.  Raises
+    :class:`EngineError` for an unknown path or one this CPU lacks."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    if _load().ratelnn_isa_set(str(name).encode(), err, _ERR_LEN) != 0:
+        raise EngineError(err.value.decode(errors="replace"))
+
+
+@contextlib.contextmanager
+def force_isa(name: str) -> Iterator[str]:
+    """Run the native kernels on path ``name`` inside the ``with`` block, then return to the
+    path that was active before."""
+    previous = native_isa()
+    set_isa(name)
+    try:
+        yield name
+    finally:
+        set_isa(previous)
 
 
 class NativeEngine:

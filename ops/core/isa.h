@@ -1,0 +1,56 @@
+// Instruction-set paths of the native kernels, chosen at run time (docs/npu-arithmetic.md,
+// "Kernel paths").
+//
+// Every library is compiled for the baseline of its architecture (x86-64: SSE2); kernels
+// that gain from wider vectors are compiled once per path inside #pragma GCC target regions
+// (see RATELNN_ISA_BEGIN in npu_conv.cc) and the caller picks one with active_isa().  All
+// paths compute the same bits: tests force each supported path in turn and compare.
+//
+// The path is the best one the CPU and OS support, unless the environment variable
+// RATELNN_ISA names another (portable, avx2, avx512, avx512_vnni); a name the machine lacks
+// is an error at the first kernel call (IsaError), never a silent fallback.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+// 1 where the x86 paths beyond the baseline are compiled (GCC's #pragma GCC target).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define RATELNN_X86_PATHS 1
+#else
+#define RATELNN_X86_PATHS 0
+#endif
+
+namespace ratelnn {
+
+enum class Isa : int {
+  kPortable = 0,    // the architecture's baseline (x86-64: SSE2); the only path elsewhere
+  kAvx2 = 1,        // AVX2 + FMA: 16-bit pair multiply-adds (vpmaddwd) on 8 int32 lanes
+  kAvx512 = 2,      // AVX-512 F/BW/DQ/VL: vpmaddwd on 16 int32 lanes
+  kAvx512Vnni = 3,  // AVX-512 VNNI: vpdpwssd (multiply-add-accumulate in one instruction)
+};
+constexpr int kIsaCount = 4;
+
+// The environment variable that forces a path.
+constexpr const char* kIsaEnv = "RATELNN_ISA";
+
+struct IsaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const char* isa_name(Isa isa);
+// The path named `name`; false if no path has that name.
+bool isa_from_name(const std::string& name, Isa* isa);
+// Whether this CPU (and the OS, for the wider register state) can run `isa`.
+bool isa_supported(Isa isa);
+// The best supported path.
+Isa best_isa();
+// The path kernels use: RATELNN_ISA if set (resolved once), else best_isa(), unless
+// set_active_isa() chose another.  Throws IsaError when RATELNN_ISA names an unknown path
+// or one this machine lacks.
+Isa active_isa();
+// Make kernels use `isa` from now on (for tests and benchmarks that compare paths); throws
+// IsaError if the machine lacks it.
+void set_active_isa(Isa isa);
+
+}  // namespace ratelnn
