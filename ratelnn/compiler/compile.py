@@ -204,9 +204,13 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
 
 
 def _is_integer(graph: Graph, tensor: str) -> bool:
-    """An integer param or graph input (read by a float node, it needs a Dequant)."""
+    """A quantized integer param or graph input: integer codes with QParams (read by a float
+    node, it needs a Dequant).  An integer tensor without QParams is a real integer value (an
+    ``ExpandDims`` axis, a ``StridedSlice`` begin/end/strides, a ``Reshape`` shape, token
+    ids...): float readers take it as it is."""
     info = graph.tensors.get(tensor)
-    return (tensor in graph.params or tensor in graph.inputs) and info is not None and info.dtype != "float32"
+    return ((tensor in graph.params or tensor in graph.inputs) and info is not None
+            and info.dtype != "float32" and tensor in graph.qparams)
 
 
 def _integer_inputs(asm: _Assembler) -> None:
