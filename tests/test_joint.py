@@ -188,10 +188,10 @@ def test_bad_inputs_are_rejected():
         plan([], {0: 4})
     with pytest.raises(SchemeError, match="method"):
         plan([ModelSpec("x", layers)], {0: 4}, method="genetic")
-    with pytest.raises(DeviceConfigError, match="core 9"):
-        plan([ModelSpec("x", layers)], {0: [9]})
-    with pytest.raises(DeviceConfigError, match="device 3"):
-        plan([ModelSpec("x", layers)], {3: 4})
+    with pytest.raises(DeviceConfigError, match="core 99"):
+        plan([ModelSpec("x", layers)], {0: [99]})
+    with pytest.raises(DeviceConfigError, match="device id"):
+        plan([ModelSpec("x", layers)], {-3: 4})
     with pytest.raises(SchemeError, match="too many for an exhaustive"):
         plan([ModelSpec(f"m{i}", layers) for i in range(14)], {0: 4}, method="exhaustive")
     with pytest.raises(SchemeError, match="frames"):

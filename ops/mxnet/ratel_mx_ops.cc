@@ -1,7 +1,8 @@
 // MXNet 1.9 registration (lib_api.h) of ratel_minmax, ratel_quant, ratel_dequant and
 // ratel_engine_op (DESIGN §5, docs/mxnet.md). The arithmetic lives in ops/core (shared with
 // the TensorFlow glue); this file only parses the string attributes, checks types and
-// shapes, and maps MXNet tensors onto the core loops.
+// shapes, and maps MXNet tensors onto the core loops. ratel_engine_op checks its placement
+// and records each run's predicted device time as the TensorFlow op does (core/device_time.h).
 //
 // Every callback catches all exceptions: an error is reported through MX_ERROR_MSG and
 // MX_FAIL, which MXNet turns into an MXNetError naming the op; nothing unwinds into MXNet.
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/device_time.h"
 #include "core/minmax.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
@@ -605,9 +607,35 @@ MXReturnValue EngineShape(const Attrs& attrs, Shapes* in, Shapes* out) {
   });
 }
 
+// Where a node's engine runs: its name for the device-time account (attribute engine_name,
+// else the engine's own), device and cores (attributes device_id/core_ids, else the
+// placement compiled into the engine).
+struct EnginePlacement {
+  std::string name;
+  int64_t device_id = 0;
+  std::vector<int64_t> core_ids;
+};
+
+EnginePlacement NodePlacement(const Attrs& attrs, const Engine& e) {
+  EnginePlacement p{e.name, e.device_id, e.core_ids};
+  const std::string* label = FindAttr(attrs, "engine_name");
+  if (label != nullptr && !label->empty()) p.name = *label;
+  if (const std::string* device = FindAttr(attrs, "device_id")) p.device_id = ParseInt(*device, "device_id");
+  if (const std::string* cores = FindAttr(attrs, "core_ids")) {
+    std::vector<int64_t> ids;
+    for (const std::string& core : ListItems(*cores, "core_ids")) ids.push_back(ParseInt(core, "core_ids"));
+    if (!ids.empty()) p.core_ids = ids;
+  }
+  if (p.core_ids.empty()) p.core_ids = {0};
+  return p;
+}
+
 class EngineState : public CustomStatefulOp {
  public:
-  explicit EngineState(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {}
+  EngineState(std::shared_ptr<const Engine> engine, const EnginePlacement& placement)
+      : engine_(std::move(engine)),
+        device_time_(*engine_, placement.name, placement.device_id,
+                     int64_t(placement.core_ids.size())) {}
 
   MXReturnValue Forward(std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                         const OpResource&) override {
@@ -654,6 +682,7 @@ class EngineState : public CustomStatefulOp {
         int32_t* y = outputs->at(k).data<int32_t>();
         std::copy(widened[k].begin(), widened[k].end(), y);
       }
+      device_time_.record(batch);
       return MX_SUCCESS;
     });
   }
@@ -673,12 +702,19 @@ class EngineState : public CustomStatefulOp {
   }
 
   std::shared_ptr<const Engine> engine_;
+  ratelnn::npu::DeviceTimeRecorder device_time_;
 };
 
 MXReturnValue EngineCreate(const Attrs& attrs, const MXContext&, const Shapes&,
                            const std::vector<int>, CustomStatefulOp** state) {
   return Guarded("ratel_engine_op", [&] {
-    *state = CustomStatefulOp::create<EngineState>(NodeEngine(attrs));
+    std::shared_ptr<const Engine> engine = NodeEngine(attrs);
+    const EnginePlacement placement = NodePlacement(attrs, *engine);
+    // the engine runs only where the local runtime has its device and cores (RATELNN_DEVICES)
+    const std::string missing =
+        ratelnn::npu::placement_error(placement.name, placement.device_id, placement.core_ids);
+    if (!missing.empty()) throw std::runtime_error(missing);
+    *state = CustomStatefulOp::create<EngineState>(engine, placement);
     return MX_SUCCESS;
   });
 }

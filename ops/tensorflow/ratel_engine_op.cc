@@ -1,6 +1,7 @@
 // TensorFlow registration of RatelEngineOp (DESIGN §5): runs one compiled NPU engine
 // (ratelnn/proto/engine.proto) on the emulated NPU's native executor (ops/core/npu_exec.h),
-// and keeps a process-wide account of the device time the runs would take (DESIGN §7).
+// and keeps a process-wide account of the device time the runs would take (DESIGN §7;
+// the account and the placement check are shared with the MXNet op: ops/core/device_time.h).
 //
 // The engine bytes are decoded and validated once, when the kernel is constructed;
 // corrupted or hostile bytes give an InvalidArgument status naming the engine, never a
@@ -8,117 +9,23 @@
 // an engine compiled for batch b runs any batch N >= 0 (N = 0 gives empty outputs).
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <exception>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/device_time.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
-namespace {
-
-// Predicted device time of every engine run in this process, by engine name.
-struct EngineTime {
-  int64_t device_id = 0;
-  int64_t runs = 0;     // Compute calls
-  int64_t samples = 0;  // sum of the run batch sizes
-  double cycles = 0;    // predicted cycles of the busiest core, summed over runs
-};
-
-class EngineTimeRegistry {
- public:
-  static EngineTimeRegistry& Global() {
-    static EngineTimeRegistry* registry = new EngineTimeRegistry();  // never destroyed
-    return *registry;
-  }
-
-  void Record(const std::string& engine_name, int64_t device_id, int64_t samples, double cycles) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    EngineTime& t = times_[engine_name];
-    t.device_id = device_id;
-    t.runs += 1;
-    t.samples += samples;
-    t.cycles += cycles;
-  }
-
-  // Entry `index` in name order; false if there is none.
-  bool Entry(int64_t index, std::string* name, EngineTime* time) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (index < 0 || index >= int64_t(times_.size())) return false;
-    auto it = times_.begin();
-    std::advance(it, index);
-    *name = it->first;
-    *time = it->second;
-    return true;
-  }
-
-  int64_t Size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return int64_t(times_.size());
-  }
-
-  void Reset() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    times_.clear();
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, EngineTime> times_;
-};
-
-}  // namespace
-
-// C entry points, read by ratelnn/npu/profile.py through ctypes.
-extern "C" {
-// Number of engines that ran in this process (since the last reset).
-__attribute__((visibility("default"))) int64_t ratelnn_engine_time_count(void) {
-  return EngineTimeRegistry::Global().Size();
-}
-
-// Entry `index` (name order): writes the NUL-terminated, possibly truncated name into
-// name[0 .. name_len) and the counters.  Returns the full name length, or -1 if `index` is
-// out of range (entries may vanish between calls if another thread resets the registry).
-__attribute__((visibility("default"))) int64_t ratelnn_engine_time_entry(
-    int64_t index, char* name, int64_t name_len, int64_t* device_id, int64_t* runs,
-    int64_t* samples, double* cycles) {
-  std::string entry_name;
-  EngineTime time;
-  if (!EngineTimeRegistry::Global().Entry(index, &entry_name, &time)) return -1;
-  if (name != nullptr && name_len > 0) {
-    const size_t n = std::min(entry_name.size(), size_t(name_len - 1));
-    std::memcpy(name, entry_name.data(), n);
-    name[n] = '\0';
-  }
-  *device_id = time.device_id;
-  *runs = time.runs;
-  *samples = time.samples;
-  *cycles = time.cycles;
-  return int64_t(entry_name.size());
-}
-
-// Forgets every recorded run.
-__attribute__((visibility("default"))) void ratelnn_engine_time_reset(void) {
-  EngineTimeRegistry::Global().Reset();
-}
-}  // extern "C"
-
 namespace tensorflow {
 namespace {
 
 namespace npu = ::ratelnn::npu;
-
-// SplitMode values of ratelnn/proto/engine.proto.
-constexpr int64_t kSplitNone = 0;
-constexpr int64_t kSplitBatch = 1;
 
 template <typename... Args>
 absl::Status InvalidArgument(const Args&... message_parts) {
@@ -207,9 +114,11 @@ class RatelEngineOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckTypes(ctx->input_types(), engine_.inputs, "input"));
     OP_REQUIRES_OK(ctx, CheckTypes(ctx->output_types(), engine_.outputs, "output"));
     OP_REQUIRES_OK(ctx, CheckOutputShapes(output_shapes));
-    double cycles = 0;  // double: hostile cycle counts must not overflow
-    for (const npu::Instruction& ins : engine_.instructions) cycles += double(ins.cycles);
-    cycles_per_sample_ = cycles / double(engine_.batch_size);
+    // the engine runs only where the local runtime has its device and cores (RATELNN_DEVICES)
+    const std::string missing = npu::placement_error(engine_name_, device_id_, core_ids_);
+    OP_REQUIRES(ctx, missing.empty(), absl::FailedPreconditionError(missing));
+    device_time_ = npu::DeviceTimeRecorder(engine_, engine_name_, device_id_,
+                                           int64_t(core_ids_.size()));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -246,25 +155,10 @@ class RatelEngineOp : public OpKernel {
       ctx->CtxFailure(InvalidArgument(e.what()));
       return;
     }
-    RecordDeviceTime(batch);
+    device_time_.record(batch);
   }
 
  private:
-  // The engine's predicted cycles for `batch` samples, recorded under its name.  Cycles
-  // are per sample at the compiled batch, scaled to the run batch; a SPLIT_BATCH engine's
-  // busiest core runs ceil(batch / cores) samples, other splits divide the work evenly.
-  void RecordDeviceTime(int64_t batch) {
-    const int64_t cores = int64_t(core_ids_.size());
-    double busiest_samples = double(batch);
-    if (engine_.split_mode == kSplitBatch) {
-      busiest_samples = double((batch + cores - 1) / cores);
-    } else if (engine_.split_mode != kSplitNone) {
-      busiest_samples = double(batch) / double(cores);
-    }
-    EngineTimeRegistry::Global().Record(engine_name_, device_id_, batch,
-                                        cycles_per_sample_ * busiest_samples);
-  }
-
   absl::Status CheckTypes(const DataTypeSlice& types, const std::vector<int>& ids,
                           const char* what) const {
     if (types.size() != ids.size()) {
@@ -331,7 +225,7 @@ class RatelEngineOp : public OpKernel {
   int64_t device_id_ = 0;
   std::vector<int64_t> core_ids_;
   npu::Engine engine_;
-  double cycles_per_sample_ = 0;
+  npu::DeviceTimeRecorder device_time_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("RatelEngineOp").Device(DEVICE_CPU), RatelEngineOp);

@@ -25,7 +25,7 @@ from ..errors import ModelError
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_node
 from ..npu.costmodel import layer_cycles
-from ..npu.device import get_device
+from ..npu.device import target_device
 from ..npu.engine import (MAX_SHIFT, Engine, EngineBuilder, make_lut, make_softmax_table, qabs, qrange,
                           quantize_multiplier)
 from ..npu.partition import Region
@@ -473,7 +473,7 @@ def lower_region(graph: Graph, region: Region, engine_name: str, device_id: int 
     outputs = [low.get(t, "ir", graph.producer(t)) for t in region.outputs]
     builder.set_io(inputs, outputs)
     builder.set_placement(device_id, core_ids, "SPLIT_BATCH" if len(core_ids) > 1 else "SPLIT_NONE")
-    core = get_device(device_id).core
+    core = target_device(device_id).core
     for ins in builder.proto.instructions:
         ins.cycles = int(round(layer_cycles(instruction_layer_cost(builder.proto, ins), core, batch)[0]))
     return builder.build()

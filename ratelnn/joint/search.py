@@ -30,7 +30,7 @@ from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence,
 import numpy as np
 
 from ..npu import costmodel as cm
-from ..npu.device import CoreSpec, DeviceSpec, get_device, resolve_device_info
+from ..npu.device import CoreSpec, DeviceSpec, resolve_device_info, target_device
 from .scheme import DeviceInfo, EngineAssignment, ModelInfo, Scheme, SchemeError, Stage
 
 EXHAUSTIVE_LIMIT = 20_000     # groupings; above it ``method="auto"`` uses the local search
@@ -147,7 +147,7 @@ class Planner:
         self.models = list(models)
         self.params = params
         self.cores: Dict[int, List[int]] = resolve_device_info(device_info)
-        self.devices: Dict[int, DeviceSpec] = {d: get_device(d) for d in self.cores}
+        self.devices: Dict[int, DeviceSpec] = {d: target_device(d) for d in self.cores}
         self.tables = [m.engine_tables() for m in self.models]
         self.depends = []
         for i, m in enumerate(self.models):

@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import RatelError
-from .device import DeviceSpec, get_device, resolve_device_info
+from .device import DeviceSpec, get_device, resolve_device_info, target_device
 
 TENSOR_KINDS = ("conv", "depthwise", "fc", "matmul")
 VECTOR_KINDS = ("eltwise", "pool", "lut", "softmax")
@@ -571,7 +571,7 @@ def profile_layers(layers: Union[LayersLike, Mapping[str, LayersLike]], batch_si
     """
     engines_in = dict(layers) if isinstance(layers, Mapping) else {"engine0": layers}
     placement = resolve_device_info(device_info)
-    devices = [get_device(d).with_cores(len(c)) for d, c in placement.items()]
+    devices = [target_device(d).with_cores(len(c)) for d, c in placement.items()]
     engines, latency = [], 0.0
     per_device_time = [0.0] * len(devices)   # seconds per batch_size inferences, engines in series
     for name, engine_layers in engines_in.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import RatelError
 
@@ -138,12 +138,35 @@ def get_device(device_id: int) -> DeviceSpec:
     return devices[device_id]
 
 
+def target_device(device_id: int) -> DeviceSpec:
+    """The spec of device ``device_id`` as a compilation target.
+
+    Compiling is ahead of time (DESIGN §2): a ``device_info`` may name devices this machine's
+    emulated runtime does not have.  A configured device is returned as configured; any other
+    device is an HG800-like device (every emulated device has the same core spec)."""
+    _check_device_id(device_id, "device id")
+    devices = get_devices()
+    return devices[device_id] if device_id < len(devices) else DeviceSpec(device_id=device_id)
+
+
+def _check_device_id(device_id: Any, where: str) -> int:
+    if isinstance(device_id, bool) or not isinstance(device_id, int):
+        raise DeviceConfigError(f"{where}: device id must be an integer, got {device_id!r}")
+    if not 0 <= device_id < MAX_DEVICES:
+        raise DeviceConfigError(f"{where}: device id must be in 0..{MAX_DEVICES - 1}, got {device_id}")
+    return device_id
+
+
 def resolve_device_info(device_info: Optional[Mapping[Any, Any]]) -> Dict[int, List[int]]:
     """Normalise a ``device_info`` (DESIGN §2) to ``{device_id: [core ids]}``.
 
-    ``{}``/``None`` is the whole device 0; ``{d: n}`` takes cores ``0..n-1`` of device ``d``;
-    ``{d: [c, ...]}`` pins those cores.  Unknown devices, too many cores, unknown or
-    repeated core ids raise :class:`DeviceConfigError`.
+    ``{}``/``None`` is the whole device 0 of the local configuration; ``{d: n}`` takes cores
+    ``0..n-1`` of device ``d``; ``{d: [c, ...]}`` pins those cores.  An explicit
+    ``device_info`` describes the *target* of an ahead-of-time compilation, so it may name
+    devices and cores this machine's emulated runtime lacks (running the result checks them:
+    :func:`check_placement`).  Malformed entries raise :class:`DeviceConfigError`: a device
+    id or core id that is not an integer in range, a core count outside
+    ``1..MAX_CORES_PER_DEVICE``, an empty or repeated core list.
     """
     if not device_info:
         return {0: list(range(get_device(0).num_cores))}
@@ -151,20 +174,62 @@ def resolve_device_info(device_info: Optional[Mapping[Any, Any]]) -> Dict[int, L
         raise DeviceConfigError(f"device_info must be a dict {{device_id: cores}}, got {type(device_info).__name__}")
     resolved: Dict[int, List[int]] = {}
     for device_id, cores in device_info.items():
-        available = get_device(device_id).num_cores
-        where = f"device_info[{device_id}]"
+        where = f"device_info[{device_id!r}]"
+        _check_device_id(device_id, where)
         if isinstance(cores, (list, tuple)):
             if not cores:
                 raise DeviceConfigError(f"{where}: the core list is empty")
             for c in cores:
-                if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < available:
-                    raise DeviceConfigError(f"{where}: core {c!r} does not exist (cores 0..{available - 1})")
+                if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < MAX_CORES_PER_DEVICE:
+                    raise DeviceConfigError(
+                        f"{where}: core {c!r} does not exist (core ids are integers 0..{MAX_CORES_PER_DEVICE - 1})")
             if len(set(cores)) != len(cores):
                 raise DeviceConfigError(f"{where}: repeated core ids in {list(cores)}")
             resolved[device_id] = list(cores)
         else:
-            n = _check_core_count(cores, where)
-            if n > available:
-                raise DeviceConfigError(f"{where}: asks for {n} cores, device {device_id} has {available}")
-            resolved[device_id] = list(range(n))
+            resolved[device_id] = list(range(_check_core_count(cores, where)))
     return resolved
+
+
+def all_devices_info() -> Dict[int, int]:
+    """``{device_id: number_of_cores}`` of every locally configured device (what an empty
+    ``device_info`` means for joint compilation)."""
+    return {d.device_id: d.num_cores for d in get_devices()}
+
+
+class DeviceUnavailableError(DeviceConfigError, RuntimeError):
+    """An engine is placed on a device or cores the local emulated runtime does not have."""
+
+
+def missing_placement(device_id: int, core_ids: Sequence[int]) -> Optional[str]:
+    """What of ``device_id``/``core_ids`` the local runtime lacks, in words; None if nothing."""
+    devices = get_devices()
+    local = ", ".join(f"device {d.device_id}: {d.num_cores} cores" for d in devices)
+    have = f"the local emulated NPU has {len(devices)} device(s) ({local})"
+    if device_id >= len(devices):
+        return f"device {device_id} does not exist: {have}"
+    missing = sorted(c for c in core_ids if c >= devices[device_id].num_cores)
+    if missing:
+        return (f"device {device_id} has no core{'s' if len(missing) > 1 else ''} {missing}: {have}")
+    return None
+
+
+def check_placement(engine_name: str, device_id: int, core_ids: Sequence[int]) -> None:
+    """Raise :class:`DeviceUnavailableError` if the engine ``engine_name``, placed on
+    ``device_id``/``core_ids`` when it was compiled, cannot run on the local runtime."""
+    problem = missing_placement(int(device_id), [int(c) for c in core_ids])
+    if problem is not None:
+        raise DeviceUnavailableError(
+            f"engine {engine_name!r} was compiled for device {int(device_id)} cores {[int(c) for c in core_ids]}, "
+            f"but {problem}; set {ENV_DEVICES} to the cores per device of the target "
+            f"(e.g. {ENV_DEVICES}={placement_hint(int(device_id), core_ids)}) or recompile with a "
+            "device_info this machine has")
+
+
+def placement_hint(device_id: int, core_ids: Sequence[int]) -> str:
+    """A ``RATELNN_DEVICES`` value that has ``device_id`` and ``core_ids`` (and keeps the
+    configured devices at least as large)."""
+    counts = [d.num_cores for d in get_devices()]
+    counts += [HG800_CORES] * max(0, device_id + 1 - len(counts))
+    counts[device_id] = max(counts[device_id], max((int(c) for c in core_ids), default=0) + 1)
+    return ",".join(str(c) for c in counts)

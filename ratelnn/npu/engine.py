@@ -144,7 +144,12 @@ class Engine:
         return out, int(batch)
 
     def run(self, arrays: Sequence[np.ndarray], backend: str = "reference", num_threads: int = 2) -> List[np.ndarray]:
-        """Execute on integer inputs (any batch size N); returns the output arrays."""
+        """Execute on integer inputs (any batch size N); returns the output arrays.
+
+        Raises :class:`~ratelnn.npu.device.DeviceUnavailableError` if the engine is placed on a
+        device or cores the local emulated runtime lacks (``RATELNN_DEVICES``)."""
+        from .device import check_placement
+        check_placement(self.name, self.proto.device_id, self.proto.core_ids)
         inputs, batch = self.check_inputs(arrays)
         if backend == "reference":
             from .reference import run_reference

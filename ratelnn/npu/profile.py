@@ -5,9 +5,10 @@
   per-instruction breakdown (cycles, compute- or bandwidth-bound, weights resident or
   streamed).  Engines are read from the model, no framework session runs.
 - :func:`device_time` reads what the engine ops that ran in this process recorded: every
-  ``RatelEngineOp`` run adds the cycles its instructions predict (the compiler's ``cycles``
-  of one core at the compiled batch, scaled to the run's batch; a batch-split engine is
-  timed on its busiest core) under its ``engine_name``.
+  run of a TensorFlow ``RatelEngineOp`` or an MXNet ``ratel_engine_op`` adds the cycles its
+  instructions predict (the compiler's ``cycles`` of one core at the compiled batch, scaled
+  to the run's batch; a batch-split engine is timed on its busiest core) under its
+  ``engine_name`` (one account per op library, ops/core/device_time.cc; both are read).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from .. import oplib
 from ..ir import Graph
 from .costmodel import CostModelError, Profile, profile_layers
-from .device import get_device
+from .device import target_device
 from .engine import Engine
 
 _NAME_LEN = 256   # initial name buffer (grown for longer names)
@@ -89,7 +90,7 @@ def profile(graph_npu: Any, batch_size: int = 1, device_info: Optional[Mapping[A
         raise CostModelError(f"engines {empty} have no instruction to profile")
     if not device_info:
         device_id = int(engines[0][1].proto.device_id)
-        device_info = {device_id: get_device(device_id).num_cores}
+        device_info = {device_id: target_device(device_id).num_cores}
     return profile_layers({name: engine_layers(e) for name, e in engines}, batch_size, device_info)
 
 
@@ -111,29 +112,29 @@ class DeviceTime:
                           self.cycles + other.cycles, self.seconds + other.seconds)
 
 
-def _loaded_op_library() -> Optional[ctypes.CDLL]:
-    """A handle on the TensorFlow op library if this process loaded it, else None."""
-    path = oplib._library_paths.get("tensorflow")
-    if path is None:
-        return None
-    try:  # RTLD_NOLOAD: only if TensorFlow already loaded this file
-        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-    except OSError:
-        return None
-    lib.ratelnn_engine_time_count.restype = ctypes.c_int64
-    lib.ratelnn_engine_time_entry.restype = ctypes.c_int64
-    lib.ratelnn_engine_time_entry.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64] + \
-        [ctypes.POINTER(ctypes.c_int64)] * 3 + [ctypes.POINTER(ctypes.c_double)]
-    lib.ratelnn_engine_time_reset.restype = None
-    return lib
+def _loaded_op_libraries() -> List[ctypes.CDLL]:
+    """Handles on the op libraries (TensorFlow, MXNet) this process loaded."""
+    libs = []
+    for framework in oplib.FRAMEWORKS:
+        path = oplib._library_paths.get(framework)
+        if path is None:
+            continue
+        try:  # RTLD_NOLOAD: only if the framework already loaded this file
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        except OSError:
+            continue
+        if not hasattr(lib, "ratelnn_engine_time_count"):   # a library without the account
+            continue
+        lib.ratelnn_engine_time_count.restype = ctypes.c_int64
+        lib.ratelnn_engine_time_entry.restype = ctypes.c_int64
+        lib.ratelnn_engine_time_entry.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64] + \
+            [ctypes.POINTER(ctypes.c_int64)] * 3 + [ctypes.POINTER(ctypes.c_double)]
+        lib.ratelnn_engine_time_reset.restype = None
+        libs.append(lib)
+    return libs
 
 
-def device_times() -> Dict[str, DeviceTime]:
-    """Recorded device time per engine name, for the engine ops run in this process since
-    start (or :func:`reset_device_time`).  Seconds use the clock of each engine's device."""
-    lib = _loaded_op_library()
-    if lib is None:
-        return {}
+def _library_times(lib: ctypes.CDLL) -> Dict[str, DeviceTime]:
     times: Dict[str, DeviceTime] = {}
     name = ctypes.create_string_buffer(_NAME_LEN)
     device_id, runs, samples, cycles = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64(), ctypes.c_double()
@@ -146,9 +147,20 @@ def device_times() -> Dict[str, DeviceTime]:
                                                    ctypes.byref(runs), ctypes.byref(samples), ctypes.byref(cycles))
             if length < 0:   # reset by another thread meanwhile
                 return times
-        clock_hz = get_device(int(device_id.value)).core.clock_hz
+        clock_hz = target_device(int(device_id.value)).core.clock_hz
         times[name.value.decode(errors="replace")] = DeviceTime(int(runs.value), int(samples.value),
                                                                 float(cycles.value), float(cycles.value) / clock_hz)
+    return times
+
+
+def device_times() -> Dict[str, DeviceTime]:
+    """Recorded device time per engine name, for the engine ops (TensorFlow and MXNet) run
+    in this process since start (or :func:`reset_device_time`).  Seconds use the clock of
+    each engine's device."""
+    times: Dict[str, DeviceTime] = {}
+    for lib in _loaded_op_libraries():
+        for name, t in _library_times(lib).items():
+            times[name] = times[name] + t if name in times else t
     return times
 
 
@@ -163,6 +175,5 @@ def device_time(engine_name: Optional[str] = None) -> DeviceTime:
 
 def reset_device_time() -> None:
     """Forget every recorded run (e.g. between two measurements)."""
-    lib = _loaded_op_library()
-    if lib is not None:
+    for lib in _loaded_op_libraries():
         lib.ratelnn_engine_time_reset()

@@ -18,8 +18,9 @@ def converter(graph_def: Any, config: Mapping[str, Any], device_info: Optional[D
 
 def joint_converter(graph_def_list: Sequence[Any], config_list: Sequence[Mapping[str, Any]],
                     device_info: Optional[Dict[int, Any]] = None) -> JointConvertImpl:
-    """Joint converter of several GraphDefs; ``device_info`` defaults to ``{0: 4}``."""
-    return JointConvertImpl(TFModelHandler(), graph_def_list, config_list, device_info or {0: 4})
+    """Joint converter of several GraphDefs; ``device_info`` is the target (it may name devices
+    this machine lacks); empty means every locally configured device."""
+    return JointConvertImpl(TFModelHandler(), graph_def_list, config_list, device_info or {})
 
 
 __all__ = ["converter", "joint_converter", "freeze_keras", "freeze_saved_model", "TFModelHandler",
