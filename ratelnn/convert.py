@@ -13,10 +13,13 @@ from .ir import Graph
 
 
 def model_name(config: Mapping[str, Any]) -> str:
-    """Config ``model_name``, else the first output node's name (made identifier-safe)."""
+    """Config ``model_name`` (made identifier-safe), else one derived from the first output
+    node: without a ``:0`` port, identifier-safe, lower case (``Identity`` -> ``identity``)."""
     import re
-    name = config.get("model_name") or config["output_nodes"][0]
-    return re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))
+    explicit = config.get("model_name")
+    name = explicit or re.sub(r":0$", "", str(config["output_nodes"][0]))
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))
+    return name if explicit else name.lower()
 
 
 class ModelHandler(abc.ABC):
@@ -153,8 +156,11 @@ class ConvertImpl:
 class JointConvertImpl:
     """Joint compilation of several models onto the cores of the emulated NPU (DESIGN §8).
 
-    Each config may carry ``invocations_per_frame`` (default 1) and ``model_name``.
-    ``device_info``: ``{device: n_cores}`` or ``{device: [core ids]}``; empty means every
+    Each config may carry ``invocations_per_frame`` (default 1) and ``model_name``; models
+    without one, or whose derived names clash, get distinct names (``identity``,
+    ``identity_1``, ...: :func:`ratelnn.joint.compile.distinct_model_names`).
+    ``device_info``: the target, ``{device: n_cores}`` or ``{device: [core ids]}``, which may
+    name devices this machine lacks (compiling is ahead of time); empty means every locally
     configured device.  After :meth:`to_npu`, :attr:`scheme` holds the execution scheme."""
 
     def __init__(self, model_handler: ModelHandler, graph_def_list: Sequence[Any],
@@ -166,6 +172,9 @@ class JointConvertImpl:
         self.device_info = dict(device_info) if device_info else _all_devices()
         self.converters: List[ConvertImpl] = [
             ConvertImpl(model_handler, g, c, self.device_info) for g, c in zip(graph_def_list, config_list)]
+        from .joint.compile import distinct_model_names   # names engines, files, scheme entries
+        for conv, name in zip(self.converters, distinct_model_names([c.config for c in self.converters])):
+            conv.graph.name = name
         self.scheme = None
         self.model_specs = None
 
@@ -190,5 +199,5 @@ class JointConvertImpl:
 
 
 def _all_devices() -> Dict[int, int]:
-    from .npu.device import get_devices
-    return {d.device_id: d.num_cores for d in get_devices()}
+    from .npu.device import all_devices_info
+    return all_devices_info()

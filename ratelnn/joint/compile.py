@@ -21,6 +21,41 @@ ENGINE_SPLIT_MODE = {"none": "SPLIT_NONE", "batch": "SPLIT_BATCH",
                      "tensor": "SPLIT_OUTPUT_CHANNELS", "pipeline": "SPLIT_PIPELINE"}
 
 
+def distinct_model_names(configs: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One distinct model name per config, in order (docs/joint.md, "Model names").
+
+    An explicit ``model_name`` is kept as given (made identifier-safe); two models with the
+    same explicit name are an error (:class:`~ratelnn.config.ConfigError`).  Every other model
+    is named after its first output node (``Identity`` -> ``identity``); a derived name that is
+    taken (by an explicit name or an earlier model) gets the first free suffix ``_1``, ``_2``,
+    ... (``identity``, ``identity_1``, ...).  Deterministic: the same configs in the same order
+    give the same names."""
+    from ..config import ConfigError
+    from ..convert import model_name
+    explicit: Dict[str, int] = {}
+    for i, config in enumerate(configs):
+        if config.get("model_name"):
+            name = model_name(config)
+            if name in explicit:
+                raise ConfigError(
+                    f"models {explicit[name]} and {i} both set model_name {name!r}: explicit model names "
+                    "must be distinct (they name the engines, output files and scheme entries); "
+                    "change one, or leave it unset to get a name derived from the output node")
+            explicit[name] = i
+    taken = set(explicit)
+    names = []
+    for config in configs:
+        name = model_name(config)
+        if not config.get("model_name"):
+            base, k = name, 0
+            while name in taken:
+                k += 1
+                name = f"{base}_{k}"
+            taken.add(name)
+        names.append(name)
+    return names
+
+
 def engine_nodes(graph: Graph) -> List[Node]:
     return [n for n in graph.nodes if n.op == "Engine"]
 
