@@ -161,15 +161,19 @@ std::string placement_error(const std::string& engine_name, int64_t device_id,
   if (device_id >= 0 && device_id < kMaxDevices) {
     if (int64_t(hint.size()) <= device_id) hint.resize(device_id + 1, kDefaultCores);
     int64_t need = 0;
-    for (int64_t c : core_ids) need = std::max(need, c + 1);
+    for (int64_t c : core_ids) need = std::max(need, std::min(c, kMaxCores - 1) + 1);
     hint[device_id] = std::max(hint[device_id], need);
   }
-  std::string hint_text;
-  for (size_t d = 0; d < hint.size(); ++d) hint_text += (d ? "," : "") + std::to_string(hint[d]);
+  std::string example;
+  if (device_id >= 0 && device_id < kMaxDevices) {
+    example = std::string(" (e.g. ") + kEnvDevices + "=";
+    for (size_t d = 0; d < hint.size(); ++d) example += (d ? "," : "") + std::to_string(hint[d]);
+    example += ")";
+  }
   return "engine '" + engine_name + "' was compiled for device " + std::to_string(device_id) +
          " cores " + ListText(core_ids) + ", but " + problem + "; set " + kEnvDevices +
-         " to the cores per device of the target (e.g. " + kEnvDevices + "=" + hint_text +
-         ") or recompile with a device_info this machine has";
+         " to the cores per device of the target" + example +
+         " or recompile with a device_info this machine has";
 }
 
 DeviceTimeRecorder::DeviceTimeRecorder(const Engine& engine, std::string engine_name,

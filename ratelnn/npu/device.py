@@ -206,7 +206,7 @@ def missing_placement(device_id: int, core_ids: Sequence[int]) -> Optional[str]:
     devices = get_devices()
     local = ", ".join(f"device {d.device_id}: {d.num_cores} cores" for d in devices)
     have = f"the local emulated NPU has {len(devices)} device(s) ({local})"
-    if device_id >= len(devices):
+    if not 0 <= device_id < len(devices):
         return f"device {device_id} does not exist: {have}"
     missing = sorted(c for c in core_ids if c >= devices[device_id].num_cores)
     if missing:
@@ -217,19 +217,24 @@ def missing_placement(device_id: int, core_ids: Sequence[int]) -> Optional[str]:
 def check_placement(engine_name: str, device_id: int, core_ids: Sequence[int]) -> None:
     """Raise :class:`DeviceUnavailableError` if the engine ``engine_name``, placed on
     ``device_id``/``core_ids`` when it was compiled, cannot run on the local runtime."""
-    problem = missing_placement(int(device_id), [int(c) for c in core_ids])
+    device_id, core_ids = int(device_id), [int(c) for c in core_ids]
+    problem = missing_placement(device_id, core_ids)
     if problem is not None:
+        hint = placement_hint(device_id, core_ids)
+        example = f" (e.g. {ENV_DEVICES}={hint})" if hint else ""
         raise DeviceUnavailableError(
-            f"engine {engine_name!r} was compiled for device {int(device_id)} cores {[int(c) for c in core_ids]}, "
-            f"but {problem}; set {ENV_DEVICES} to the cores per device of the target "
-            f"(e.g. {ENV_DEVICES}={placement_hint(int(device_id), core_ids)}) or recompile with a "
+            f"engine {engine_name!r} was compiled for device {device_id} cores {core_ids}, but {problem}; "
+            f"set {ENV_DEVICES} to the cores per device of the target{example} or recompile with a "
             "device_info this machine has")
 
 
-def placement_hint(device_id: int, core_ids: Sequence[int]) -> str:
+def placement_hint(device_id: int, core_ids: Sequence[int]) -> Optional[str]:
     """A ``RATELNN_DEVICES`` value that has ``device_id`` and ``core_ids`` (and keeps the
-    configured devices at least as large)."""
+    configured devices at least as large); None for a device id no value can provide."""
+    if not 0 <= device_id < MAX_DEVICES:
+        return None
     counts = [d.num_cores for d in get_devices()]
     counts += [HG800_CORES] * max(0, device_id + 1 - len(counts))
-    counts[device_id] = max(counts[device_id], max((int(c) for c in core_ids), default=0) + 1)
+    counts[device_id] = max(counts[device_id], min(max((int(c) for c in core_ids), default=0) + 1,
+                                                   MAX_CORES_PER_DEVICE))
     return ",".join(str(c) for c in counts)
