@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 
 from ..config import ConfigError
+from ..errors import ModelError, RatelError
 from ..fileio import write_atomic
 from ..ir import Graph, Node, QParams, TensorInfo
 from ..npu.device import resolve_device_info
@@ -26,6 +27,17 @@ from ..quantization.policy import QuantPlan, make_plan
 from .lower import is_lowerable, lower_region
 
 INPUT_SCALE_FILE = "input_quant_nodes.txt"
+# what a compiler bug on an unforeseen graph raises; turned into a CompileError naming the node
+_UNFORESEEN = (KeyError, IndexError, AttributeError, TypeError, ValueError)
+
+
+class CompileError(ModelError):
+    """The compiler cannot handle a node of the quantized graph: the message names the node,
+    its op and what is unsupported."""
+
+
+def _describe(node: Node) -> str:
+    return f"node {node.name!r} ({node.op})"
 
 
 def is_npu_supported(graph: Graph, node: Node, plan: QuantPlan) -> bool:
@@ -187,12 +199,24 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     engine_outputs = {t for r in regions for t in r.outputs}
     for node in src.nodes:   # nodes left outside the engines first: they may fix integer codes
         if id(node) not in in_region:
-            asm.float_node(node, plan.is_quantized(node), engine_outputs)
+            try:
+                asm.float_node(node, plan.is_quantized(node), engine_outputs)
+            except RatelError:
+                raise
+            except _UNFORESEEN as e:
+                raise CompileError(f"{_describe(node)} stays on the CPU, but its inputs "
+                                   f"{list(node.inputs)} cannot be wired to it: {type(e).__name__}: {e}") from e
     consumers = src.consumer_map()
     model = _safe_name(src.name)
     for k, region in enumerate(regions):
         name = f"{model}_engine_{k}"
-        engine = lower_region(src, region, name, device_id, core_ids)
+        try:
+            engine = lower_region(src, region, name, device_id, core_ids)
+        except RatelError:
+            raise
+        except _UNFORESEEN as e:
+            nodes = ", ".join(_describe(n) for n in region.nodes[:8]) + (", ..." if len(region.nodes) > 8 else "")
+            raise CompileError(f"cannot lower NPU region {name} ({nodes}): {type(e).__name__}: {e}") from e
         readers = {t: t in src.outputs or any(id(c) not in in_region for c in consumers.get(t, []))
                    for t in region.outputs}
         asm.engine(region, engine, name, device_id, core_ids, readers)
