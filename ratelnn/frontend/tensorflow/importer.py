@@ -324,6 +324,19 @@ def _reshape(imp, nd, inputs):
     return Node(nd.name, "Reshape", inputs[:1], [nd.name], {"shape": tuple(int(d) for d in shape)})
 
 
+def _expand_dims(imp, nd, inputs):
+    """``ExpandDims`` with a constant axis: a Reshape to its static result shape (the batch
+    dimension kept free as -1), e.g. Keras' Conv1D (ExpandDims -> Conv2D -> Squeeze)."""
+    static = imp.info(nd.name).shape
+    if imp.const(inputs[1]) is None or static is None or None in static[1:]:
+        return None
+    axis = int(np.asarray(imp.const(inputs[1])).reshape(-1)[0]) % len(static)
+    shape = tuple(int(d) if d is not None else -1 for d in static)
+    if axis != 0:
+        shape = (-1,) + shape[1:]
+    return Node(nd.name, "Reshape", inputs[:1], [nd.name], {"shape": shape})
+
+
 def _squeeze(imp, nd, inputs):
     shape = imp.info(inputs[0]).shape
     if shape is None:
@@ -395,6 +408,7 @@ _TRANSLATORS: Dict[str, Callable] = {
     "LeakyRelu": lambda imp, nd, i: Node(nd.name, "LeakyRelu", i, [nd.name], {"alpha": float(_attr(nd, "alpha"))}),
     "MaxPool": _pool, "AvgPool": _pool, "Mean": _mean, "ConcatV2": _concat, "Reshape": _reshape,
     "Squeeze": _squeeze, "Pad": _pad, "PadV2": _pad, "Transpose": _transpose, "Softmax": _softmax,
+    "ExpandDims": _expand_dims,
     "FusedBatchNorm": _batchnorm, "FusedBatchNormV3": _batchnorm,
     "IdentityN": _identity,
     "RatelMinMax": lambda imp, nd, i: Node(nd.name, "MinMax", i, [nd.name], {
