@@ -8,8 +8,8 @@ that made ``to_npu()`` fail with a raw KeyError).
 
 Asserted: it compiles into engines; the compiled model's outputs match the quantized
 model's (cosine >= 0.999) and stay close to FP32 (cosine >= 0.9 for each of its three
-outputs; measured 0.93 for the contour output, 0.97+ for note and onset:
-docs/benchmarks.md, real_models section).  Run with ``TF_ENABLE_ONEDNN_OPTS=0`` and ``=1``.
+outputs; measured by bench/real_models.py on 4 windows: contour 0.957, note 0.947,
+onset 0.928).  Run with ``TF_ENABLE_ONEDNN_OPTS=0`` and ``=1``.
 """
 from __future__ import annotations
 
