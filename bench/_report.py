@@ -37,9 +37,13 @@ def demote_headings(markdown: str) -> str:
 
 
 def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (or the platform's processor string)."""
+    """The CPU model from /proc/cpuinfo (or the platform's processor string) and the native
+    kernel path that runs on it (``ratelnn.npu.native_isa()``)."""
+    from ratelnn.npu import native_isa
+
     try:
         match = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
     except OSError:
         match = None
-    return match.group(1).strip() if match else platform.processor() or "unknown CPU"
+    model = match.group(1).strip() if match else platform.processor() or "unknown CPU"
+    return f"{model}, kernel path {native_isa()}"
