@@ -15,6 +15,32 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# TensorFlow's oneDNN graph rewrites are on by default on AVX-512 VNNI/BF16/AMX CPUs and off
+# on AVX2-only ones, and TF reads TF_ENABLE_ONEDNN_OPTS once per process.  So the README's
+# test command runs the suite with the rewrites forced on, then the tests marked
+# `tensorflow` again with them off: every TF graph this SDK writes runs both ways on every
+# machine.  A test module that mentions TensorFlow or Keras gets the mark.
+_TF_WORDS = ("tensorflow", "keras", "tf_init", "freeze_")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "tensorflow: runs TensorFlow (rerun with TF_ENABLE_ONEDNN_OPTS=0)")
+
+
+def pytest_collection_modifyitems(config, items):
+    sources = {}
+    for item in items:
+        path = str(item.fspath)
+        if path not in sources:
+            try:
+                with open(path) as f:
+                    sources[path] = any(word in f.read() for word in _TF_WORDS)
+            except OSError:
+                sources[path] = False
+        if sources[path]:
+            item.add_marker(pytest.mark.tensorflow)
+
+
 @pytest.fixture(scope="session")
 def fashion_mnist():
     """``(x_train, y_train), (x_test, y_test)`` from the Debian package dataset-fashion-mnist:

@@ -278,9 +278,10 @@ def _fully_connected(imp: _Importer, n: _MXNode):
     num_rows = int(np.prod(x_shape[:-1]))
     rows = imp.temp(f"{n.name}/rows", (num_rows, x_shape[-1]))
     dense = imp.temp(f"{n.name}/dense", (num_rows, n.out_shape[-1]))
-    return [Node(rows, "Reshape", [x], [rows], {"shape": (num_rows, x_shape[-1])}),
+    # -1 rows: the symbol takes any batch (DESIGN §3), input_shapes only fix calibration's
+    return [Node(rows, "Reshape", [x], [rows], {"shape": (-1, x_shape[-1])}),
             Node(dense, "MatMul", [rows, w] + bias, [dense], attrs),
-            Node(n.name, "Reshape", [dense], [n.name], {"shape": n.out_shape})]
+            Node(n.name, "Reshape", [dense], [n.name], {"shape": (-1, *n.out_shape[1:])})]
 
 
 def _batchnorm(imp: _Importer, n: _MXNode):
@@ -450,12 +451,24 @@ def _custom(imp: _Importer, n: _MXNode):
     return [Node(n.name, op, n.inputs, outputs, attrs)]
 
 
+def _reshape_target(imp: _Importer, n: _MXNode) -> Tuple[int, ...]:
+    """The inferred output shape, with -1 for dim 0 when the symbol's own ``shape`` leaves
+    it to the input (``0`` copies it, ``-1`` infers it) and it is the input's dim 0: then
+    the reshape follows the batch, which ``input_shapes`` only fixes for calibration."""
+    out = tuple(n.out_shape)
+    spec = as_tuple(n.attrs.get("shape"))
+    in_shape = imp.shape(n.inputs[0])
+    if spec and spec[0] in (0, -1) and out and in_shape and in_shape[0] == out[0]:
+        return (-1, *out[1:])
+    return out
+
+
 _TRANSLATORS: Dict[str, Translator] = {
     "Convolution": _conv, "FullyConnected": _fully_connected, "BatchNorm": _batchnorm,
     "Activation": _activation, "LeakyReLU": _leaky_relu, "Pooling": _pooling, "Concat": _concat,
     "concat": _concat, "add_n": _add_n, "ElementWiseSum": _add_n, "clip": _clip,
     "Flatten": lambda imp, n: [Node(n.name, "Flatten", n.inputs[:1], [n.name])],
-    "Reshape": lambda imp, n: [Node(n.name, "Reshape", n.inputs[:1], [n.name], {"shape": n.out_shape})],
+    "Reshape": lambda imp, n: [Node(n.name, "Reshape", n.inputs[:1], [n.name], {"shape": _reshape_target(imp, n)})],
     "softmax": _softmax, "SoftmaxOutput": _softmax_output, "SoftmaxActivation": _softmax_activation,
     "Pad": _pad, "mean": _mean, "transpose": _transpose,
 }

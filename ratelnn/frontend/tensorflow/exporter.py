@@ -159,14 +159,11 @@ def _conv2d(ex: _Exporter, node: Node, out_name: str) -> None:
     groups = int(a.get("groups", 1))
     w_shape = ex.graph.shape(node.inputs[1])
     kh, kw, cin_g, cout = w_shape
-    pads = tuple(a.get("pads", (0, 0, 0, 0)))
-    conv_attrs = dict(T=_dtype("float32"), strides=_spatial(a.get("strides", (1, 1)), layout),
-                      dilations=_spatial(a.get("dilations", (1, 1)), layout), data_format=layout,
-                      padding="VALID" if not any(pads) else "EXPLICIT")
-    if any(pads):
-        conv_attrs["explicit_paddings"] = _tf_pads(pads, layout)
+    strides, dilations = tuple(a.get("strides", (1, 1))), tuple(a.get("dilations", (1, 1)))
     main = _main_name(ex, node, out_name)
-    x = ex.ref(node.inputs[0])
+    x, padding = _conv_padding(ex, node, (kh, kw), strides, dilations, layout, main)
+    conv_attrs = dict(T=_dtype("float32"), strides=_spatial(strides, layout),
+                      dilations=_spatial(dilations, layout), data_format=layout, padding=padding)
     if groups == 1:
         ex.add(main, "Conv2D", [x, ex.ref(node.inputs[1])], **conv_attrs)
     elif cin_g == 1:  # depthwise: IR [kh, kw, 1, Cin*M] -> TF [kh, kw, Cin, M]
@@ -176,6 +173,27 @@ def _conv2d(ex: _Exporter, node: Node, out_name: str) -> None:
         raise ModelError(f"{node.name}: grouped Conv2D with groups={groups} (not depthwise) "
                          "has no TensorFlow CPU kernel to export to")
     _bias_act(ex, node, main, layout, out_name)
+
+
+def _conv_padding(ex: _Exporter, node: Node, ksize, strides, dilations, layout: str, main: str):
+    """(conv input reference, TF ``padding``) for the IR pads of ``node``, in the forms
+    TensorFlow's own converters write: ``VALID``, ``SAME`` when the pads are what SAME gives
+    for these shapes, else a zero ``Pad`` before a ``VALID`` conv.  Never ``EXPLICIT``:
+    TensorFlow's oneDNN rewrites (on by default on AVX-512 VNNI/BF16/AMX CPUs) abort the
+    process on an EXPLICIT ``DepthwiseConv2dNative`` fused with its bias.  The importer folds
+    the ``Pad`` back into the conv, so a round trip gives the same IR."""
+    x = ex.ref(node.inputs[0])
+    pads = tuple(int(p) for p in node.attrs.get("pads", (0, 0, 0, 0)))
+    if not any(pads):
+        return x, "VALID"
+    extent = [(k - 1) * d + 1 for k, d in zip(ksize, dilations)]
+    if pads == _same_pads(ex.graph.shape(node.inputs[0]), extent, strides, layout):
+        return x, "SAME"
+    if min(pads) < 0:
+        raise ModelError(f"{node.name}: negative conv pads {pads} have no TensorFlow form")
+    paddings = ex.const(f"{main}/pad/paddings", np.asarray(_tf_pads(pads, layout), np.int32).reshape(-1, 2))
+    return ex.add(ex.fresh(f"{main}/pad"), "Pad", [x, paddings], T=_dtype("float32"),
+                  Tpaddings=_dtype("int32")), "VALID"
 
 
 def _reshaped(ex: _Exporter, tensor: str, shape) -> str:
@@ -354,11 +372,15 @@ _EXPORTERS.update({"Add": _simple("AddV2"), "Div": _simple("RealDiv")})
 # ---------------------------------------------------------------- entry point
 def export_graphdef(graph: Graph):
     """The IR ``graph`` as a ``tf.compat.v1.GraphDef`` (inputs are Placeholders of their
-    specialised shapes, params are Consts)."""
+    specialised shapes, except that an input the original model took at any batch,
+    ``graph.meta["free_batch_inputs"]``, keeps a free batch; params are Consts)."""
     ex = _Exporter(graph)
+    free_batch = set(graph.meta.get("free_batch_inputs", ()))
     for name in graph.inputs:
         info = graph.tensors[name]
         shape = [-1 if d is None else d for d in info.shape]
+        if name in free_batch and shape:
+            shape[0] = -1
         ex.refs[name] = ex.add(ex.claim(name), "Placeholder", [], dtype=_dtype(info.dtype),
                                shape=_shape_proto(shape))
     needed = _needed_params(graph)

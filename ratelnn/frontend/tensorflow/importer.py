@@ -132,12 +132,33 @@ def _check_input_shape(name: str, nd, shape) -> None:
 
 # ---------------------------------------------------------------- translation
 class _Importer:
-    def __init__(self, nodes, tf_graph, graph: Graph, inputs: List[str]):
+    def __init__(self, nodes, tf_graph, graph: Graph, inputs: List[str], probe_graph=None):
         self.nodes = nodes
         self.tf_graph = tf_graph
         self.graph = graph
         self.placeholders = {name: tf_graph.get_tensor_by_name(f"ratelnn_input_{i}:0")
                              for i, name in enumerate(inputs)}
+        # () -> the tf.Graph with the free-batch inputs at another batch (built on first use)
+        self.probe_graph = probe_graph
+        self._probe_tf_graph = None
+
+    def batch_dims(self, ref: str) -> Optional[List[int]]:
+        """The dims of ``ref``'s static shape that follow the batch of the graph inputs whose
+        placeholders leave it free (found by inferring the shapes again at another batch);
+        None when there is no free batch or the shapes are not static."""
+        if self.probe_graph is None:
+            return None
+        if self._probe_tf_graph is None:
+            self._probe_tf_graph = self.probe_graph()
+        name, _, idx = ref.partition(":")
+        probe = self._probe_tf_graph.get_tensor_by_name(f"import/{name}:{idx or 0}").shape
+        static = self.info(ref).shape
+        if probe.rank is None or static is None or probe.rank != len(static) or None in static:
+            return None
+        probe = probe.as_list()
+        if None in probe:
+            return None
+        return [i for i, (a, b) in enumerate(zip(static, probe)) if a != b]
 
     # -- facts about TF tensors
     def tf_tensor(self, ref: str):
@@ -316,11 +337,14 @@ def _concat(imp, nd, inputs):
 
 def _reshape(imp, nd, inputs):
     shape = imp.const(inputs[1])
-    if shape is None:  # computed shape (e.g. Keras Flatten): use the static result shape
-        static = imp.info(nd.name).shape
+    if shape is None:  # computed shape (e.g. Keras Flatten): use the static result shape,
+        static = imp.info(nd.name).shape   # with -1 for the one dim that follows a free batch
         if static is None or None in static:
             return None
-        shape = static
+        shape = list(static)
+        follow = imp.batch_dims(nd.name)
+        if follow is not None and len(follow) == 1:
+            shape[follow[0]] = -1
     return Node(nd.name, "Reshape", inputs[:1], [nd.name], {"shape": tuple(int(d) for d in shape)})
 
 
@@ -342,6 +366,10 @@ def _squeeze(imp, nd, inputs):
     if shape is None:
         return None
     axes = _attr(nd, "squeeze_dims", [])
+    if not axes:  # every size-1 dim; a free batch that is 1 only in input_shapes stays TF's
+        follow = imp.batch_dims(inputs[0])
+        if follow and any(shape[i] == 1 for i in follow):
+            return None
     axes = tuple(sorted(a % len(shape) for a in axes)) if axes else tuple(i for i, d in enumerate(shape) if d == 1)
     return Node(nd.name, "Squeeze", inputs[:1], [nd.name], {"axes": axes})
 
@@ -436,9 +464,16 @@ def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequenc
         import ratelnn
         ratelnn.tf_init()
     tf_graph = _infer_shapes(graph_def, inputs, input_shapes, nodes)
+    free_batch = [name for name in inputs if _has_free_batch(nodes[_node_of(name)])]
+    probe_shapes = [[(shape[0] or 1) + 1, *shape[1:]] if name in free_batch and len(shape) else shape
+                    for name, shape in zip(inputs, input_shapes)]
 
     graph = Graph(name="tensorflow")
-    imp = _Importer(nodes, tf_graph, graph, inputs)
+    # input_shapes fix the batch for calibration and compilation only: the exported graphs
+    # keep the original placeholders' free batch (DESIGN §3)
+    graph.meta["free_batch_inputs"] = free_batch
+    imp = _Importer(nodes, tf_graph, graph, inputs,
+                    (lambda: _infer_shapes(graph_def, inputs, probe_shapes, nodes)) if free_batch else None)
     for name in inputs:
         graph.add_input(name, imp.info(name).shape, imp.info(name).dtype)
     for nd in _reachable(nodes, inputs, outputs):
@@ -448,8 +483,40 @@ def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequenc
         graph.toposort()
     except ValueError as e:
         raise ModelError(f"GraphDef cannot be translated: {e}") from e
+    fold_conv_pads(graph)
     graph.prune()
     return graph
+
+
+def _has_free_batch(nd) -> bool:
+    """Whether a graph input's placeholder leaves its batch (dim 0) free: unknown rank or -1."""
+    if "shape" not in nd.attr or nd.attr["shape"].shape.unknown_rank:
+        return True
+    dims = nd.attr["shape"].shape.dim
+    return len(dims) > 0 and dims[0].size < 0
+
+
+def fold_conv_pads(graph: Graph) -> None:
+    """Fold a zero ``Pad`` of the spatial dims into the ``Conv2D`` nodes reading it (their
+    ``pads`` grow by it).  This is how the exporter writes a conv whose pads are not SAME's
+    (``Pad`` + ``VALID``, the form TensorFlow's converters use), and how Keras writes
+    ``ZeroPadding2D`` + conv; the IR then has one conv either way.  The ``Pad`` stays for
+    any other reader (``prune`` drops it when none is left)."""
+    for pad in [n for n in graph.nodes if n.op == "Pad"]:
+        if float(pad.attrs.get("value", 0.0)) != 0.0:
+            continue
+        rows = [tuple(int(v) for v in r) for r in pad.attrs["pads"]]
+        for conv in graph.consumers(pad.outputs[0]):
+            if conv.op != "Conv2D" or conv.inputs[0] != pad.outputs[0] or pad.outputs[0] in conv.inputs[1:]:
+                continue
+            spatial = (1, 2) if conv.attrs.get("layout", "NHWC") == "NHWC" else (2, 3)
+            if len(rows) != 4 or any(rows[d] != (0, 0) for d in range(4) if d not in spatial) \
+                    or min(min(rows[d]) for d in spatial) < 0:
+                continue
+            (top, bottom), (left, right) = rows[spatial[0]], rows[spatial[1]]
+            t, b, l, r = conv.attrs.get("pads", (0, 0, 0, 0))
+            conv.attrs["pads"] = (t + top, b + bottom, l + left, r + right)
+            conv.inputs[0] = pad.inputs[0]
 
 
 def _reachable(nodes, inputs: List[str], outputs: List[str]) -> list:
