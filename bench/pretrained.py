@@ -24,8 +24,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-import shutil
-import tempfile
 from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
@@ -262,28 +260,10 @@ def synth_music(count: int, seed: int) -> np.ndarray:
     return np.stack(windows)[..., None].astype(F32)
 
 
-def _saved_model_without_slots(path: str) -> str:
-    """A copy of the SavedModel at ``path`` whose object graph lists no optimizer slot
-    variables: TF 2.16+ cannot restore the training slots of a SavedModel written by older
-    Keras ('_UserObject' object has no attribute 'add_slot'); inference does not need them."""
-    from tensorflow.core.protobuf import saved_model_pb2
-    copy = os.path.join(tempfile.mkdtemp(prefix="savedmodel-"), "model")
-    shutil.copytree(path, copy)
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(copy, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
-    for meta_graph in proto.meta_graphs:
-        for node in meta_graph.object_graph_def.nodes:
-            del node.slot_variables[:]
-    with open(os.path.join(copy, "saved_model.pb"), "wb") as f:
-        f.write(proto.SerializeToString())
-    return copy
-
-
 def freeze_basic_pitch():
     from ratelnn.frontend.tensorflow import freeze_saved_model
     path = os.path.join(package_dir("basic_pitch"), "saved_models", "icassp_2022", "nmp")
-    return freeze_saved_model(_saved_model_without_slots(path))
+    return freeze_saved_model(path)  # strips its optimizer slots (TF 2.16+ cannot restore them)
 
 
 # ---------------------------------------------------------------- SpliceAI (genomics)

@@ -5,7 +5,10 @@ in the config's ``input_nodes`` / ``output_nodes``.
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 from typing import List, Optional, Sequence, Tuple
 
 from ...errors import ModelError
@@ -54,14 +57,44 @@ def freeze_keras(model, input_shapes: Optional[Sequence[Sequence[Optional[int]]]
 def freeze_saved_model(path: str, signature: str = "serving_default"):
     """Freeze signature ``signature`` of the SavedModel at ``path`` into a GraphDef.
 
+    A SavedModel written by older Keras with optimizer slots (which TF 2.16+ cannot restore:
+    ``'_UserObject' object has no attribute 'add_slot'``) is loaded from a temporary copy
+    whose object graph lists no slots; inference does not use them.
     Returns ``(graph_def, input_names, output_names)``.
     """
     import tensorflow as tf
     try:
-        loaded = tf.saved_model.load(str(path))
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load SavedModel {path!r}: {e}") from e
+        try:
+            loaded = tf.saved_model.load(str(path))
+        except AttributeError as e:
+            if "slot" not in str(e):
+                raise
+            with tempfile.TemporaryDirectory(prefix="ratelnn-savedmodel-") as tmp:
+                loaded = tf.saved_model.load(_copy_without_slots(str(path), tmp))
+                if signature not in loaded.signatures:
+                    raise ModelError(f"SavedModel {path!r} has no signature {signature!r}; "
+                                     f"it has {sorted(loaded.signatures.keys())}")
+                return _frozen(loaded.signatures[signature])
+    except (OSError, ValueError, AttributeError, TypeError, KeyError) as e:
+        raise ModelError(f"cannot load SavedModel {path!r}: {type(e).__name__}: {e}") from e
     if signature not in loaded.signatures:
         raise ModelError(f"SavedModel {path!r} has no signature {signature!r}; "
                          f"it has {sorted(loaded.signatures.keys())}")
     return _frozen(loaded.signatures[signature])
+
+
+def _copy_without_slots(path: str, tmp: str) -> str:
+    """A copy of the SavedModel at ``path`` under ``tmp`` whose object graph lists no
+    optimizer slot variables; returns the copy's path."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    copy = os.path.join(tmp, "model")
+    shutil.copytree(path, copy)
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(copy, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    for meta_graph in proto.meta_graphs:
+        for node in meta_graph.object_graph_def.nodes:
+            del node.slot_variables[:]
+    with open(os.path.join(copy, "saved_model.pb"), "wb") as f:
+        f.write(proto.SerializeToString())
+    return copy
