@@ -59,6 +59,13 @@ QUANT_CFG_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "activations": {"is_per_channel": False, "num_bits": 8},
 }
 
+# Every quant_cfg role the quantizer reads (docs/quantization.md); "activations" is the rest.
+QUANT_CFG_ROLES = tuple(QUANT_CFG_DEFAULTS) + (
+    "avgpool_output", "maxpool_input", "maxpool_output", "mean_input", "mean_output",
+    "reshape_input", "reshape_output")
+# Settings of a role; data_format only documents the layout (the SDK reads it from the graph).
+QUANT_CFG_SETTINGS = ("is_per_channel", "num_bits", "data_format")
+
 ROUND_MODES = ("half_away_from_zero", "half_to_even", "floor", "ceil", "trunc")
 
 
@@ -149,14 +156,29 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     for lc in cfg["layer_configs"]:
         if lc.get("data_type") not in DATA_TYPES:
             raise ConfigError(f"layer_configs entry {lc!r}: data_type must be one of {DATA_TYPES}")
+    if not isinstance(cfg["quant_cfg"], Mapping):
+        raise ConfigError(f"quant_cfg must map tensor roles to settings, got {cfg['quant_cfg']!r}")
     for role, settings in cfg["quant_cfg"].items():
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"quant_cfg[{role!r}] must be a mapping of settings, got {settings!r}")
         bits = settings.get("num_bits", 8)
         if bits not in (8, 16):
             raise ConfigError(f"quant_cfg[{role!r}].num_bits must be 8 or 16, got {bits!r}")
-    unknown = sorted(set(cfg) - set(DEFAULTS))
+    unknown = sorted(set(cfg) - set(DEFAULTS)) + _unknown_quant_cfg(cfg["quant_cfg"])
     new = [k for k in unknown if k not in _warned_unknown]
     if new:
         _warned_unknown.update(new)
         warnings.warn(f"ratelnn: unknown config keys kept and ignored: {', '.join(new)}",
                       UserWarning, stacklevel=3)
     return cfg
+
+
+def _unknown_quant_cfg(quant_cfg: Mapping[str, Any]) -> list:
+    """``quant_cfg.<role>`` / ``quant_cfg.<role>.<setting>`` entries the quantizer does not read."""
+    out = []
+    for role, settings in quant_cfg.items():
+        if role not in QUANT_CFG_ROLES:
+            out.append(f"quant_cfg.{role}")
+            continue
+        out += [f"quant_cfg.{role}.{k}" for k in settings if k not in QUANT_CFG_SETTINGS]
+    return sorted(out)

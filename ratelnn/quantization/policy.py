@@ -49,8 +49,14 @@ _BINARY_OPS = frozenset({"Add", "Sub", "Mul"})
 
 # quant_cfg roles (config.QUANT_CFG_DEFAULTS) of activation tensors, by op and position.
 _INPUT_ROLE = {"Conv2D": "conv_activations", "MatMul": "matmul_activations",
-               "AvgPool": "avgpool_input"}
-_OUTPUT_ROLE = {"Conv2D": "conv_output", "MatMul": "matmul_output"}
+               "AvgPool": "avgpool_input", "MaxPool": "maxpool_input", "Mean": "mean_input",
+               "Reshape": "reshape_input", "Flatten": "reshape_input"}
+_OUTPUT_ROLE = {"Conv2D": "conv_output", "MatMul": "matmul_output", "AvgPool": "avgpool_output",
+                "MaxPool": "maxpool_output", "Mean": "mean_output", "Reshape": "reshape_output",
+                "Flatten": "reshape_output"}
+# Output roles that name the int32 accumulator: per channel (``s_in * s_w[c]``) is what
+# per-channel weights give it; the requantized output activation stays per tensor.
+ACCUMULATOR_ROLES = frozenset({"conv_output", "matmul_output"})
 _WEIGHT_ROLE = {"Conv2D": "conv_weights", "MatMul": "matmul_weights"}
 
 
@@ -211,9 +217,10 @@ def _activation_role(node: Node, slot: Optional[int]) -> str:
 
 def _role_bits(config: Mapping[str, Any], role: str) -> int:
     settings = quant_cfg_for(config, role)
-    if settings.get("is_per_channel"):
+    if settings.get("is_per_channel") and role not in ACCUMULATOR_ROLES:
         raise ConfigError(f"quant_cfg[{role!r}].is_per_channel: activations are quantized per "
-                          "tensor only; per-channel applies to weight roles")
+                          "tensor only; per-channel applies to weight roles and to conv_output/"
+                          "matmul_output (the int32 accumulator)")
     return int(settings.get("num_bits", 8))
 
 

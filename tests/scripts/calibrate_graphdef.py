@@ -1,9 +1,10 @@
 """Run a calibration GraphDef the way a program that only loaded the op library would.
 
 Usage: calibrate_graphdef.py LIBRARY GRAPHDEF BATCHES.npy THREADS [--forever]
+                             [--input=TENSOR] [--output=TENSOR]
 
 Loads LIBRARY with tf.load_op_library, imports GRAPHDEF (input placeholder "x", output
-"out"), and feeds the batches of BATCHES.npy (shape [n, ...]) through one Session from
+"out", unless --input/--output name other tensors), and feeds the batches of BATCHES.npy (shape [n, ...]) through one Session from
 THREADS threads (thread t runs batches t, t+THREADS, ...). With --forever the threads cycle
 through the batches until the process is killed. Uses nothing from ratelnn.
 """
@@ -17,6 +18,8 @@ import tensorflow as tf
 def main() -> None:
     library, graphdef_path, batches_path, threads = sys.argv[1:5]
     forever = "--forever" in sys.argv[5:]
+    names = dict(a[2:].split("=", 1) for a in sys.argv[5:] if a.startswith(("--input=", "--output=")))
+    input_tensor, output_tensor = names.get("input", "x:0"), names.get("output", "out:0")
     tf.load_op_library(library)
     graph_def = tf.compat.v1.GraphDef()
     with open(graphdef_path, "rb") as f:
@@ -31,7 +34,7 @@ def main() -> None:
     def run(first: int) -> None:
         while True:
             for i in range(first, len(batches), num_threads):
-                session.run("out:0", feed_dict={"x:0": batches[i]})
+                session.run(output_tensor, feed_dict={input_tensor: batches[i]})
             if not forever:
                 return
 
