@@ -13,7 +13,7 @@ once and cached) is exported and run in five forms, all in MXNet 1.9.1 on the CP
 For each: top-1 on the 10,000 test images, and the median latency of one forward pass at
 batch 1 and 32 (``OMP_NUM_THREADS`` threads, interleaved rounds with rotating order), with
 ratios to FP32 MXNet; plus the cost model's predicted device time of the compiled model
-(``ratelnn.npu.profile``). Writes its section of docs/benchmarks.md.
+(``ratelnn.profile.profile``). Writes its section of docs/benchmarks.md.
 
     python bench/mxnet_peer.py [--rounds 25] [--threads 2]
 """
@@ -163,10 +163,10 @@ def latencies(mx, models: Dict[str, tuple], images: np.ndarray, batch: int,
 
 
 def device_profiles(npu, config) -> Dict[int, "Profile"]:
-    """The cost model's prediction (``ratelnn.npu.profile``) for the compiled model per batch
+    """The cost model's prediction (``ratelnn.profile.profile``) for the compiled model per batch
     size; the MXNet tuple is imported to the IR first (profile reads IR graphs)."""
     from ratelnn.frontend.mxnet import import_symbol
-    from ratelnn.npu import profile
+    from ratelnn.profile import profile
 
     graph = import_symbol(npu, config["input_nodes"], config["output_nodes"], config["input_shapes"])
     return {batch: profile(graph, batch_size=batch) for batch in LATENCY_BATCHES}
@@ -226,7 +226,7 @@ def report(results: Dict[str, Measured], profiles: Dict[int, "Profile"], pool_co
     lines += [
         f"| ratelnn npu, predicted device time | | | {_ms(device_s[b_small])} | "
         f"{device_s[b_small] / fp32.latency_s[b_small]:.3f} | {_ms(device_s[b_large])} | "
-        f"{device_s[b_large] / fp32.latency_s[b_large]:.3f} | `ratelnn.npu.profile` on the "
+        f"{device_s[b_large] / fp32.latency_s[b_large]:.3f} | `ratelnn.profile.profile` on the "
         "emulated Hanguang-800-like device (4 cores), not a CPU measurement |",
         "",
         "The fastest round of each form (less sensitive to other load on the machine than the "

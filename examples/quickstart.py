@@ -82,7 +82,8 @@ def main() -> None:
 
 def print_npu_figures(graph_npu, images: int) -> None:
     """Engines of the compiled model, the cost model's prediction and the recorded time."""
-    from ratelnn.npu import device_times, profile
+    from ratelnn.npu import device_times
+    from ratelnn.profile import profile
 
     engines = [n for n in graph_npu.node if n.op == "RatelEngineOp"]
     floats = [n for n in graph_npu.node if n.op not in ("RatelEngineOp", "RatelQuant",

@@ -4,7 +4,8 @@ See DESIGN.md §2 for the public API.  Heavy frameworks are imported lazily: imp
 ratelnn itself loads neither TensorFlow nor MXNet.
 """
 from .config import QuantConfig
-from .convert import ConvertImpl, JointConvertImpl
+from .convert import ConvertImpl
+from .joint.convert import JointConvertImpl
 from .oplib import mx_init, ops_library_path, tf_init
 
 __all__ = ["QuantConfig", "ConvertImpl", "JointConvertImpl", "tf_init", "mx_init",

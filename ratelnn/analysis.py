@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from .quantization import arith
+from .ir import arith
 
 SQNR_CAP_DB = 200.0        # SQNR of an exact match
 SUGGEST_DROP_DB = 6.0      # a layer losing this much SQNR (one bit) is a candidate

@@ -257,7 +257,7 @@ def engine_summary(name: str, engine) -> Dict[str, Any]:
 
 
 def _tf_structure(graph_def) -> Dict[str, Any]:
-    from .npu.profile import model_engines
+    from .profile import model_engines
     consumed = {ref.lstrip("^").split(":")[0] for nd in graph_def.node for ref in nd.input}
     inputs = [{"name": nd.name, "dtype": _tf_dtype(nd.attr["dtype"].type),
                "shape": None if nd.attr["shape"].shape.unknown_rank else
@@ -322,15 +322,15 @@ def model_structure(model_path: str, framework: str, model: Any) -> Dict[str, An
 def _engines_of(model: Any, framework: str) -> List[Tuple[str, Any]]:
     """``(engine name, Engine)`` of a compiled model object (GraphDef or MXNet tuple)."""
     if framework == "tensorflow":
-        from .npu.profile import model_engines
+        from .profile import model_engines
         return model_engines(model)
     return [_mx_engine(node) for node in json.loads(model[0].tojson())["nodes"] if node["op"] in _ENGINE_OPS]
 
 
 def predicted_profile(model: Any, framework: str, batch_size: int, device_info: Optional[Dict[int, Any]] = None):
-    """Cost-model profile of a compiled model (``ratelnn.npu.profile``); None without engines."""
+    """Cost-model profile of a compiled model (``ratelnn.profile.profile``); None without engines."""
     from .npu.costmodel import profile_layers
-    from .npu.profile import engine_layers
+    from .profile import engine_layers
     engines = _engines_of(model, framework)
     if not engines:
         return None
@@ -471,7 +471,7 @@ def cmd_run(args) -> int:
     data = _load_input(args.input)
     feeds = _feeds(data, structure["inputs"], args.input_node)
     fetches = args.output_node or [o["name"] for o in structure["outputs"]]
-    from .npu.profile import device_time, reset_device_time
+    from .npu import device_time, reset_device_time
     from .runners import run_model
     if framework == "tensorflow":
         from . import tf_init

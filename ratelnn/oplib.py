@@ -10,14 +10,13 @@ in-memory calibration statistics to disk (docs/statistics.md).
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import importlib.metadata
 import importlib.util
 import os
 import threading
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, List, Tuple
 
 from ._build import OPS_DIR, avx512fp16_off_flags, build_library
 from .errors import CalibrationError
@@ -156,7 +155,7 @@ def mx_init():
         return path
 
 
-def _loaded_libraries() -> List[ctypes.CDLL]:
+def loaded_libraries() -> List[ctypes.CDLL]:
     """Handles of the op libraries this process has loaded (RTLD_NOLOAD: never loads one)."""
     with _lock:
         paths = list(_library_paths.values())
@@ -169,41 +168,13 @@ def _loaded_libraries() -> List[ctypes.CDLL]:
     return handles
 
 
-@contextlib.contextmanager
-def force_isa(name: str) -> Iterator[str]:
-    """Run every native kernel of this process on instruction-set path ``name`` inside the
-    ``with`` block: the NPU executor's and those of the loaded TensorFlow/MXNet op libraries
-    (calibration scans, engine ops).  Raises ``ratelnn.npu.EngineError`` if this CPU lacks
-    the path.  ``RATELNN_ISA=name`` does the same for a whole process."""
-    from .npu import native
-
-    libraries = _loaded_libraries()
-    err = ctypes.create_string_buffer(4096)
-    previous = native.native_isa().encode()
-    with native.force_isa(name):
-        try:
-            for lib in libraries:
-                if lib.ratelnn_isa_set(name.encode(), err, len(err)) != 0:
-                    raise native.EngineError(err.value.decode(errors="replace"))
-            yield name
-        finally:
-            for lib in libraries:
-                lib.ratelnn_isa_set(previous, err, len(err))
-
-
 def flush_statistics() -> None:
     """Make the op library loaded in this process (if any) write all in-memory calibration
     statistics to their ``output_dir`` now. No-op when no library is loaded.
 
     Raises CalibrationError if a statistics file cannot be written.
     """
-    with _lock:
-        paths = list(_library_paths.values())
-    for path in paths:
-        try:  # RTLD_NOLOAD: a handle only if TF (or anyone) already loaded this file
-            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        except OSError:
-            continue
+    for lib in loaded_libraries():
         lib.ratelnn_stats_last_error.restype = ctypes.c_char_p
         if lib.ratelnn_stats_flush_all() != 0:
             message = lib.ratelnn_stats_last_error().decode(errors="replace")

@@ -100,7 +100,7 @@ def test_whole_model_in_16_bits_wins_the_loss_back(emotion_naive):
     its limit (agreement was 78% when biases saturated), and agreement within 1 point."""
     import warnings
     from ratelnn.frontend.tensorflow import converter
-    from ratelnn.quantization import arith
+    from ratelnn.ir import arith
     conv, graph_def, _, x_test, fp32, naive = emotion_naive
     all_ops = ["Conv2D", "MatMul", "Add", "Mean", "Softmax", "Relu"]
     inp, out = conv.config["input_nodes"][0], conv.config["output_nodes"][0]

@@ -16,8 +16,8 @@ from ratelnn.ir import Graph, Node, TensorInfo
 from ratelnn.ir.evaluate import evaluate
 from ratelnn.npu.engine import Engine
 from ratelnn.compiler import compile_graph, run_compiled
-from ratelnn.compiler.costs import instruction_layer_cost
-from ratelnn.quantization import arith
+from ratelnn.npu.costs import instruction_layer_cost
+from ratelnn.ir import arith
 from ratelnn.quantization.emit import emit_qdq
 from ratelnn.quantization.policy import calibration_tensors
 from ratelnn.quantization.quantizer import quantize

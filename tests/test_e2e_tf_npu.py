@@ -112,7 +112,7 @@ def test_compiling_the_quantized_model_gives_the_same_engines(compiled, fashion_
 def test_remove_input_quant_takes_integer_images(compiled, fashion_mnist, npu_scores, monkeypatch, tmp_path):
     from ratelnn.compiler import INPUT_SCALE_FILE
     from ratelnn.frontend.tensorflow import converter
-    from ratelnn.quantization.arith import quantize
+    from ratelnn.ir.arith import quantize
     from ratelnn.testing import run_graph
 
     monkeypatch.chdir(tmp_path)   # input_quant_nodes.txt is also written to the working directory
@@ -135,11 +135,12 @@ def test_profile_of_the_compiled_model(compiled):
     import ratelnn.npu
     from ratelnn.frontend.tensorflow import import_graphdef
     from ratelnn.npu.device import get_device
-    from ratelnn.npu.profile import engine_layers, model_engines
+    from ratelnn.profile import engine_layers, model_engines
 
     graph_npu = compiled["npu"]
     engines = model_engines(graph_npu)
-    p = ratelnn.npu.profile(graph_npu, batch_size=1)
+    p = ratelnn.profile.profile(graph_npu, batch_size=1)
+    assert ratelnn.npu.profile is ratelnn.profile.profile  # the 0.1 name still works
     print("\n" + p.table())
     assert p.latency_s > 0 and p.throughput > 0
     device = get_device(0)
@@ -153,6 +154,6 @@ def test_profile_of_the_compiled_model(compiled):
     # the compiled GraphDef read back into the IR profiles the same
     config = compiled["config"]
     ir = import_graphdef(graph_npu, config["input_nodes"], config["output_nodes"], config["input_shapes"])
-    assert ratelnn.npu.profile(ir, batch_size=1).latency_s == pytest.approx(p.latency_s)
+    assert ratelnn.profile.profile(ir, batch_size=1).latency_s == pytest.approx(p.latency_s)
     with pytest.raises(ValueError, match="no NPU engine"):
-        ratelnn.npu.profile(compiled["quant"])
+        ratelnn.profile.profile(compiled["quant"])

@@ -9,7 +9,7 @@ import pytest
 import ratelnn
 from ratelnn.calibration.histogram import AbsHistogram
 from ratelnn.calibration.stats import load_statistics
-from ratelnn.npu import ISA_PATHS, supported_isas
+from ratelnn.npu import ISA_PATHS, force_isa, supported_isas
 
 tf = pytest.importorskip("tensorflow")
 
@@ -38,7 +38,7 @@ def test_sharded_batches_inside_and_beyond_the_hint_match_numpy(ops, tmp_path, t
     """On every kernel path this CPU has (the scans have a portable and an AVX2 path)."""
     if path not in supported_isas():
         pytest.skip(f"not run: this CPU lacks the {path} kernel path")
-    with ratelnn.oplib.force_isa(path):
+    with force_isa(path):
         check_batches_match_numpy(ops, tmp_path, threads)
 
 

@@ -92,7 +92,7 @@ def test_compiled_mxnet_model_records_per_engine(mx, no_devices_env, tmp_path):
     """A model from converter().to_npu(): its engines, as profile() lists them, record
     device time when the model runs in MXNet."""
     from ratelnn.frontend.mxnet import converter
-    from ratelnn.npu.profile import model_engines
+    from ratelnn.profile import model_engines
     from ratelnn.runners import run_model
 
     data = mx.sym.var("data")

@@ -83,7 +83,7 @@ def test_gluon_cnn_to_cal_quant_npu(mx, data, fp32_model, tmp_path):
     npu = conv.to_npu()
     ops = {n["op"] for n in __import__("json").loads(npu[0].tojson())["nodes"]}
     assert "ratel_engine_op" in ops and "Convolution" not in ops
-    from ratelnn.npu import profile
+    from ratelnn.profile import profile
     p = profile(npu, batch_size=CAL_BATCH)   # the cost model reads the MXNet form too
     engine_nodes = [n for n in __import__("json").loads(npu[0].tojson())["nodes"] if n["op"] == "ratel_engine_op"]
     assert p.latency_s > 0 and len(p.engines) == len(engine_nodes)

@@ -1,7 +1,7 @@
 """ratel_quant / ratel_dequant / ratel_minmax / ratel_engine_op in real MXNet 1.9.
 
 The op library is built (or taken from the cache) and loaded once per session by the ``mx``
-fixture. Quant/Dequant must equal ratelnn/quantization/arith.py bit for bit, the engine op
+fixture. Quant/Dequant must equal ratelnn/ir/arith.py bit for bit, the engine op
 the reference executor bit for bit.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import ratelnn
 from ratelnn.calibration.stats import load_statistics
 from ratelnn.npu.engine import EngineBuilder, quantize_multiplier
 from ratelnn.oplib import flush_statistics
-from ratelnn.quantization import arith
+from ratelnn.ir import arith
 
 from helpers_stats import subprocess_env
 

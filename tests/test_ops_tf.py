@@ -1,7 +1,7 @@
 """RatelQuant / RatelDequant / RatelMinMax in real TensorFlow, and the op-library cache.
 
 The library is built (or taken from the cache) once per test session by the ``ops``
-fixture. Quant/Dequant must equal ratelnn/quantization/arith.py bit for bit.
+fixture. Quant/Dequant must equal ratelnn/ir/arith.py bit for bit.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 import ratelnn
 from ratelnn import _build
 from ratelnn.calibration.stats import load_statistics
-from ratelnn.quantization import arith
+from ratelnn.ir import arith
 
 from helpers_stats import calibration_graph, expected_ranges, graph_tensors, random_batches, \
     subprocess_env

@@ -1,6 +1,6 @@
 """Partitioner: maximal regions, never a cycle through an unsupported node."""
 from ratelnn.ir import Graph, Node, TensorInfo
-from ratelnn.npu.partition import find_regions
+from ratelnn.compiler.partition import find_regions
 
 SUPPORTED = lambda g, n: n.op != "Opaque"
 

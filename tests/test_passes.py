@@ -7,7 +7,7 @@ from ratelnn.ir import Graph, Node, TensorInfo
 from ratelnn.ir.evaluate import EvaluationError, evaluate
 from ratelnn.ir.passes import (fold_batchnorm, fold_constants, fuse_bias_activation, remove_identity,
                                run_default_passes)
-from ratelnn.quantization import arith
+from ratelnn.ir import arith
 
 RNG = np.random.default_rng(0)
 

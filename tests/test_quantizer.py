@@ -11,7 +11,7 @@ import pytest
 from ratelnn.errors import CalibrationError
 from ratelnn.ir import Graph, Node, TensorInfo
 from ratelnn.ir.evaluate import evaluate, evaluate_node
-from ratelnn.quantization import arith
+from ratelnn.ir import arith
 from ratelnn.quantization.emit import emit_calibration, emit_qdq
 from ratelnn.quantization.policy import calibration_tensors, make_plan
 from ratelnn.quantization.quantizer import (MIN_SCALE, quantize, quantize_bias,

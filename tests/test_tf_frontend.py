@@ -271,3 +271,12 @@ def test_freeze_saved_model_two_inputs(tmp_path):
     np.testing.assert_allclose(got, np.asarray(model([feeds["a"], feeds["b"]])), rtol=1e-5, atol=1e-6)
     with pytest.raises(ModelError, match="no signature 'nope'"):
         freeze_saved_model(str(tmp_path / "sm"), "nope")
+
+
+def test_freeze_saved_model_bad_paths_are_model_errors(tmp_path):
+    with pytest.raises(ModelError, match="cannot load SavedModel"):
+        freeze_saved_model(str(tmp_path / "missing"))
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "saved_model.pb").write_bytes(b"\x00not a protobuf")
+    with pytest.raises(ModelError, match="cannot load SavedModel"):
+        freeze_saved_model(str(tmp_path / "junk"))

@@ -1,7 +1,7 @@
 """The compiler: quantized IR -> compiled IR with ``Engine`` nodes (DESIGN §6).
 
 :func:`compile_graph` partitions the quantized graph into maximal acyclic NPU regions
-(``ratelnn.npu.partition.find_regions``), lowers each to an engine (:mod:`.lower`) and
+(``ratelnn.compiler.partition.find_regions``), lowers each to an engine (:mod:`.lower`) and
 replaces it by one ``Engine`` node.  Integer tensors cross the border of the float part of
 the graph through ``Quant`` (float -> engine input) and ``Dequant`` (engine output -> float
 readers and graph outputs) nodes.  Names: an engine output ``t`` is the integer tensor
@@ -22,7 +22,7 @@ from ..fileio import write_atomic
 from ..ir import Graph, Node, QParams, TensorInfo
 from ..npu.device import resolve_device_info
 from ..npu.engine import ACTIVATION_DTYPES
-from ..npu.partition import find_regions
+from .partition import find_regions
 from ..quantization.policy import QuantPlan, make_plan
 from .lower import is_lowerable, lower_region
 

@@ -1,7 +1,7 @@
 """Lowering: one NPU region of the quantized IR -> one engine (docs/npu-supported-ops.md).
 
 :func:`is_lowerable` says whether a quantized node has a form the engine instructions
-support; :func:`lower_region` turns a region (``ratelnn.npu.partition.Region``) of such nodes
+support; :func:`lower_region` turns a region (``ratelnn.compiler.partition.Region``) of such nodes
 into an :class:`~ratelnn.npu.engine.Engine` with :class:`~ratelnn.npu.engine.EngineBuilder`.
 
 Arithmetic: every instruction computes the real number the quantized (QDQ) model computes
@@ -28,8 +28,8 @@ from ..npu.costmodel import layer_cycles
 from ..npu.device import target_device
 from ..npu.engine import (MAX_SHIFT, Engine, EngineBuilder, make_lut, make_softmax_table, qabs, qrange,
                           quantize_multiplier)
-from ..npu.partition import Region
-from .costs import instruction_layer_cost
+from .partition import Region
+from ..npu.costs import instruction_layer_cost
 
 TO_NHWC = (0, 2, 3, 1)   # NCHW -> NHWC
 TO_NCHW = (0, 3, 1, 2)   # NHWC -> NCHW

@@ -2,7 +2,7 @@
 
 :func:`evaluate` runs a :class:`~ratelnn.ir.graph.Graph` on numpy inputs; it is the
 reference the tests compare against and the engine of constant folding.  All float
-arithmetic is float32.  ``Quant``/``Dequant`` follow :mod:`ratelnn.quantization.arith`;
+arithmetic is float32.  ``Quant``/``Dequant`` follow :mod:`ratelnn.ir.arith`;
 ``MinMax`` passes its input through; ``Opaque`` and ``Engine`` cannot be evaluated here.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import RatelError
-from ..quantization import arith
+from . import arith
 from .graph import Graph, Node
 
 

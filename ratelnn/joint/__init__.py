@@ -4,10 +4,11 @@ baselines (DESIGN §8, docs/joint.md).
 The joint converter turns each model's compiled engines into a :class:`ModelSpec` (one
 ``LayerCost`` per instruction) and calls :func:`plan`; this package never sees a framework.
 """
-from .baselines import BASELINES, StrategyResult, baseline, compare
+from .baselines import BASELINES, baseline
+from .planning import StrategyResult, compare, plan
 from .scheme import (DeviceInfo, EngineAssignment, ModelInfo, Scheme, SchemeError, Stage, combine,
                      save_timeline)
-from .search import EXHAUSTIVE_LIMIT, ModelSpec, count_groupings, plan
+from .search import EXHAUSTIVE_LIMIT, ModelSpec, count_groupings
 from .simulator import SimulationResult, simulate
 
 __all__ = ["BASELINES", "DeviceInfo", "EXHAUSTIVE_LIMIT", "EngineAssignment", "ModelInfo", "ModelSpec", "Scheme",

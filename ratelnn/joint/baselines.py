@@ -1,4 +1,5 @@
-"""Simple placements a user would try by hand, and the comparison with the search (DESIGN §8).
+"""Simple placements a user would try by hand (DESIGN §8); :mod:`ratelnn.joint.planning`
+seeds the search with them and compares its scheme against them.
 
 * ``serial_all_cores``: all models in one group on all cores of a device, one after the other,
   each with its best split over the cores (with several devices, models are dealt to the
@@ -15,14 +16,11 @@ the search, so the baselines differ from it only in the grouping.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..npu import costmodel as cm
 from .scheme import Scheme
-from .search import (DEFAULT_TIME_BUDGET_S, EXHAUSTIVE_LIMIT, Block, ModelSpec, Planner, count_groupings,
-                     exhaustive_blocks, plan)
-from .simulator import SimulationResult, simulate
+from .search import Block, ModelSpec, Planner
 
 BASELINES = ("serial_all_cores", "round_robin", "first_fit_sram")
 
@@ -90,35 +88,3 @@ def baseline(name: str, models: Sequence[ModelSpec], device_info: Optional[Mappi
     planner = Planner(models, device_info, params)
     blocks = baseline_blocks(planner)[name]
     return planner.scheme(blocks, name, time.perf_counter() - start)
-
-
-@dataclass
-class StrategyResult:
-    """One strategy's scheme and its simulation."""
-
-    name: str
-    scheme: Scheme
-    simulation: SimulationResult
-
-    @property
-    def fps(self) -> float:
-        return self.simulation.fps
-
-
-def compare(models: Sequence[ModelSpec], device_info: Optional[Mapping] = None, frames: int = 200,
-            chosen: Optional[Scheme] = None, time_budget_s: float = DEFAULT_TIME_BUDGET_S,
-            params: cm.CostParams = cm.DEFAULT_PARAMS) -> Dict[str, StrategyResult]:
-    """Simulated results of the chosen scheme (``chosen``, or ``plan(models, device_info)``),
-    the three baselines and, when the instance is small enough, the exhaustive optimum."""
-    chosen = chosen or plan(models, device_info, time_budget_s=time_budget_s, params=params)
-    start = time.perf_counter()
-    planner = Planner(models, device_info, params)
-    schemes = {"chosen": chosen}
-    for name, blocks in baseline_blocks(planner).items():
-        schemes[name] = planner.scheme(blocks, name, time.perf_counter() - start)
-    cores = {d: len(c) for d, c in planner.cores.items()}
-    if count_groupings(len(planner.models), cores) <= EXHAUSTIVE_LIMIT:
-        start = time.perf_counter()
-        blocks = exhaustive_blocks(planner)
-        schemes["exhaustive"] = planner.scheme(blocks, "exhaustive", time.perf_counter() - start)
-    return {name: StrategyResult(name, s, simulate(s, frames)) for name, s in schemes.items()}

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..compiler import compile_graph
-from ..compiler.costs import instruction_layer_cost
+from ..npu.costs import instruction_layer_cost
 from ..ir import Graph, Node
 from ..npu.engine import SPLIT_MODES, Engine
 from .scheme import Scheme
-from .search import ModelSpec, plan
+from .planning import plan
+from .search import ModelSpec
 
 # scheme split modes -> engine format split modes
 ENGINE_SPLIT_MODE = {"none": "SPLIT_NONE", "batch": "SPLIT_BATCH",

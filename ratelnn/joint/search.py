@@ -503,33 +503,3 @@ def heuristic_blocks(planner: Planner, starts: Sequence[Sequence[Block]], time_b
         if time.perf_counter() >= deadline:
             break
     return list(best)
-
-
-# --------------------------------------------------------------------------- entry point
-
-
-def plan(models: Sequence[ModelSpec], device_info: Optional[Mapping] = None, method: str = "auto",
-         time_budget_s: float = DEFAULT_TIME_BUDGET_S, params: cm.CostParams = cm.DEFAULT_PARAMS) -> Scheme:
-    """Choose an execution scheme for ``models`` on ``device_info`` (DESIGN §2 forms).
-
-    ``method``: ``exhaustive`` (every grouping), ``heuristic`` (greedy + local search within
-    ``time_budget_s``), ``auto`` (exhaustive when there are at most :data:`EXHAUSTIVE_LIMIT`
-    groupings).  The scheme maximises the predicted frames per second.
-    """
-    if method not in ("auto", "exhaustive", "heuristic"):
-        raise SchemeError(f"method must be 'auto', 'exhaustive' or 'heuristic', got {method!r}")
-    if not time_budget_s > 0:
-        raise SchemeError(f"time_budget_s must be > 0, got {time_budget_s!r}")
-    start = time.perf_counter()
-    planner = Planner(models, device_info, params)
-    cores = {d: len(c) for d, c in planner.cores.items()}
-    small = count_groupings(len(planner.models), cores) <= EXHAUSTIVE_LIMIT
-    if method == "exhaustive" or (method == "auto" and small):
-        if not small:
-            raise SchemeError(f"{count_groupings(len(planner.models), cores):,} groupings are too many for an "
-                              f"exhaustive search (limit {EXHAUSTIVE_LIMIT:,}); use method='heuristic'")
-        blocks, strategy = exhaustive_blocks(planner), "exhaustive"
-    else:
-        from .baselines import baseline_blocks
-        blocks, strategy = heuristic_blocks(planner, baseline_blocks(planner).values(), time_budget_s), "search"
-    return planner.scheme(blocks, strategy, time.perf_counter() - start)

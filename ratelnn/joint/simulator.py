@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .scheme import Scheme, SchemeError, Stage
+from .records import SchemeError, Stage
 
 
 @dataclass
@@ -78,7 +78,7 @@ class _Link:
 class _Run:
     """The event loop and its state."""
 
-    def __init__(self, scheme: Scheme, frames: int, in_flight: int) -> None:
+    def __init__(self, scheme: "Scheme", frames: int, in_flight: int) -> None:
         self.s = scheme
         self.frames, self.in_flight = frames, in_flight
         self.events: List[Tuple[float, int, Callable[[], None]]] = []
@@ -201,7 +201,7 @@ def _busy_within(intervals: List[Tuple[float, float]], t0: float, t1: float) -> 
     return sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in intervals)
 
 
-def simulate(scheme: Scheme, frames: int = 200, frames_in_flight: Optional[int] = None) -> SimulationResult:
+def simulate(scheme: "Scheme", frames: int = 200, frames_in_flight: Optional[int] = None) -> SimulationResult:
     """Run ``frames`` frames of ``scheme`` through the event simulation.
 
     ``frames_in_flight`` (default: twice the cores used plus 2, or four per model when that is

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..proto import engine_pb2 as pb
-from .engine import Engine, qrange
+from .format import qrange
 
 
 # ------------------------------------------------------------------ integer primitives
@@ -106,7 +106,7 @@ def softmax(x, table, mult, shift) -> np.ndarray:
     return rdiv(e * mult, total << shift)
 
 
-def _execute(ins, engine: Engine, vals: Dict[int, np.ndarray]) -> np.ndarray:
+def _execute(ins, engine: "Engine", vals: Dict[int, np.ndarray]) -> np.ndarray:
     a = ins.attrs
     consts = [engine.constants[c] for c in ins.consts]
     xs = [vals[t] for t in ins.inputs]
@@ -159,7 +159,7 @@ def _execute(ins, engine: Engine, vals: Dict[int, np.ndarray]) -> np.ndarray:
     return _finish(v, ins, out_dtype)
 
 
-def run_reference(engine: Engine, inputs: Sequence[np.ndarray],
+def run_reference(engine: "Engine", inputs: Sequence[np.ndarray],
                   capture: Optional[Callable[[Any, np.ndarray], None]] = None) -> List[np.ndarray]:
     """Run a validated ``engine`` on inputs already checked by ``Engine.check_inputs``.
 

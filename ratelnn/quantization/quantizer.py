@@ -19,7 +19,7 @@ import numpy as np
 from ..config import ConfigError
 from ..errors import CalibrationError, ModelError
 from ..ir import Graph, QParams, TensorInfo
-from . import arith
+from ..ir import arith
 from .policy import QuantPlan, make_plan, quant_cfg_for
 from .thresholds import sqnr_db, threshold_for
 

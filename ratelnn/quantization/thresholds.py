@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..errors import CalibrationError
-from . import arith
+from ..ir import arith
 
 DEFAULT_PERCENTILE = 99.99
 # KL candidates evaluated at once (memory: chunk x levels float64 per array).

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from ...convert import ConvertImpl, JointConvertImpl
+from ...convert import ConvertImpl
+from ...joint.convert import JointConvertImpl
 from .exporter import export_json, export_symbol
 from .handler import MXModelHandler
 from .importer import import_symbol

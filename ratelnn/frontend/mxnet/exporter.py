@@ -354,8 +354,8 @@ def export_symbol(graph: Graph):
     mx = import_mxnet()
     text, params = export_json(graph)
     if any(n.op in CUSTOM_OPS for n in graph.nodes):
-        import ratelnn
-        ratelnn.mx_init()
+        from ... import oplib
+        oplib.mx_init()
     symbol = mx.sym.load_json(text)
     aux_names = set(symbol.list_auxiliary_states())
     arrays = {name: mx.nd.array(value, dtype=value.dtype) for name, value in params.items()}

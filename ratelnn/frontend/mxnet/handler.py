@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import QuantConfig
-from ...convert import ModelHandler
+from ... import oplib
+from ..handler import ModelHandler
 from ...ir import Graph
 from .exporter import export_symbol
 from .importer import import_symbol
@@ -17,8 +18,7 @@ class MXModelHandler(ModelHandler):
     framework = "mxnet"
 
     def ensure_ops(self) -> None:
-        import ratelnn
-        ratelnn.mx_init()
+        oplib.mx_init()
 
     def translate(self, model: Any, config: QuantConfig) -> Graph:
         return import_symbol(model, config["input_nodes"], config["output_nodes"], config["input_shapes"])

@@ -521,8 +521,8 @@ def import_symbol(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[
     params = _check_params(model, order, inputs)
     _check_input_ranks(model, inputs, input_shapes, order)
     if any(model.nodes[i]["op"] in IR_OF_CUSTOM_OP for i in order):
-        import ratelnn
-        ratelnn.mx_init()
+        from ... import oplib
+        oplib.mx_init()
     used: Dict[int, int] = {}
     for i in order:
         for ref in _data_inputs(model.nodes[i]):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from ...convert import ConvertImpl, JointConvertImpl
+from ...convert import ConvertImpl
+from ...joint.convert import JointConvertImpl
 from .exporter import export_graphdef
 from .freeze import freeze_keras, freeze_saved_model
 from .handler import TFModelHandler

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import QuantConfig
-from ...convert import ModelHandler
+from ... import oplib
+from ..handler import ModelHandler
 from ...ir import Graph
 from .exporter import export_graphdef
 from .importer import import_graphdef
@@ -16,8 +17,7 @@ class TFModelHandler(ModelHandler):
     framework = "tensorflow"
 
     def ensure_ops(self) -> None:
-        import ratelnn
-        ratelnn.tf_init()
+        oplib.tf_init()
 
     def translate(self, model: Any, config: QuantConfig) -> Graph:
         return import_graphdef(model, config["input_nodes"], config["output_nodes"], config["input_shapes"])

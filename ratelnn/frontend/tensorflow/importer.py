@@ -461,8 +461,8 @@ def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequenc
     inputs = _resolve_names(input_nodes, nodes, "input node")
     outputs = _resolve_names(output_nodes, nodes, "output node")
     if any(nd.op.startswith("Ratel") for nd in nodes.values()):
-        import ratelnn
-        ratelnn.tf_init()
+        from ... import oplib
+        oplib.tf_init()
     tf_graph = _infer_shapes(graph_def, inputs, input_shapes, nodes)
     free_batch = [name for name in inputs if _has_free_batch(nodes[_node_of(name)])]
     probe_shapes = [[(shape[0] or 1) + 1, *shape[1:]] if name in free_batch and len(shape) else shape

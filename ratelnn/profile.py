@@ -1,0 +1,83 @@
+"""Profiling compiled models (DESIGN §7): :func:`profile` predicts, with the NPU cost model,
+the device time of a compiled TensorFlow, MXNet or IR model: the latency of one batch, the
+throughput with all cores of the device and a per-engine, per-instruction breakdown
+(cycles, compute- or bandwidth-bound, weights resident or streamed).  Engines are read
+from the model, no framework session runs.  What engine runs recorded is
+:func:`ratelnn.npu.device_time`.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, List, Mapping, Optional, Tuple
+
+from .ir import Graph
+from .npu.costmodel import CostModelError, Profile, profile_layers
+from .npu.costs import instruction_layer_cost
+from .npu.device import target_device
+from .npu.engine import Engine
+
+
+def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
+    """``(engine_name, Engine)`` of every engine of a compiled model, in graph order.
+
+    ``graph_npu``: a TensorFlow GraphDef made by ``to_npu`` (its ``RatelEngineOp`` nodes) or
+    a compiled IR :class:`~ratelnn.ir.Graph` (its ``Engine`` nodes).  The bytes are validated
+    (:class:`~ratelnn.npu.engine.EngineError` names a bad engine)."""
+    if isinstance(graph_npu, Graph):
+        found = [(str(n.attrs.get("engine_name", n.name)), n.attrs["engine"])
+                 for n in graph_npu.nodes if n.op == "Engine"]
+    elif _is_tf_graph_def(graph_npu):
+        found = [(nd.attr["engine_name"].s.decode(errors="replace") or nd.name, nd.attr["engine"].s)
+                 for nd in graph_npu.node if nd.op == "RatelEngineOp"]
+    elif isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
+        found = _mxnet_engines(graph_npu[0])
+    else:
+        raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
+                        f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
+    return [(name, Engine.from_bytes(data, label=name)) for name, data in found]
+
+
+def _mxnet_engines(symbol: Any) -> List[Tuple[str, bytes]]:
+    """(engine_name, bytes) of the ``ratel_engine_op`` nodes of an MXNet symbol."""
+    import json
+    from .frontend.mxnet.attrs import decode_custom_attrs
+    found = []
+    for node in json.loads(symbol.tojson())["nodes"]:
+        if node["op"] == "ratel_engine_op":
+            attrs = decode_custom_attrs("Engine", node.get("attrs", {}))
+            found.append((attrs["engine_name"] or node["name"], attrs["engine"]))
+    return found
+
+
+def _is_tf_graph_def(obj: Any) -> bool:
+    graph_pb2 = sys.modules.get("tensorflow.core.framework.graph_pb2")  # loaded if obj is one
+    return graph_pb2 is not None and isinstance(obj, graph_pb2.GraphDef)
+
+
+def engine_layers(engine: Engine) -> list:
+    """The cost-model layers (``LayerCost``, one per instruction, per inference) of ``engine``."""
+    return [instruction_layer_cost(engine, ins) for ins in engine.instructions]
+
+
+def profile(graph_npu: Any, batch_size: int = 1, device_info: Optional[Mapping[Any, Any]] = None) -> Profile:
+    """Predicted device time of the compiled model ``graph_npu`` (see :func:`model_engines`).
+
+    ``batch_size``: inferences per batch.  ``device_info`` (DESIGN §2): the device and cores
+    to run on; default all cores of the first engine's device.  Returns a
+    :class:`~ratelnn.npu.costmodel.Profile`: ``latency_s`` (one batch through every engine in
+    series, the lowest-latency split of each), ``throughput`` (inferences/s with all the
+    cores, the split the compiler would choose), ``engines`` (per engine: the chosen
+    ``ModelCost``s; their ``layers`` are per-instruction breakdowns), ``layers``, ``table()``.
+    Raises ValueError if the model has no engine."""
+    engines = model_engines(graph_npu)
+    if not engines:
+        raise ValueError("the model has no NPU engine (compile it with to_npu first)")
+    if len({name for name, _ in engines}) != len(engines):
+        raise ValueError(f"the model has several engines of one name: {[name for name, _ in engines]}")
+    empty = [name for name, e in engines if not len(e.instructions)]
+    if empty:
+        raise CostModelError(f"engines {empty} have no instruction to profile")
+    if not device_info:
+        device_id = int(engines[0][1].proto.device_id)
+        device_info = {device_id: target_device(device_id).num_cores}
+    return profile_layers({name: engine_layers(e) for name, e in engines}, batch_size, device_info)
