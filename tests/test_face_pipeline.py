@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ratelnn.testing import face
+from ratelnn.apps import face
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "face_pipeline.py"
 

@@ -322,7 +322,7 @@ def test_validator_rejects_a_negative_multiplier_out_of_range():
 def test_mtcnn_rnet_compiles_to_one_engine(tmp_path):
     """The pretrained R-Net (PReLU after every conv and its dense layer, slopes of both signs)."""
     pytest.importorskip("mtcnn")
-    from ratelnn.testing import face
+    from ratelnn.apps import face
     entry = next(e for e in face.model_entries() if e.name == "rnet")
     g = _tf_import(face.keras_model(entry), batch=8)
     fused = _fused_prelu_nodes(g)
