@@ -11,6 +11,8 @@
 
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
+#include "core/npu_format.h"
+#include "core/npu_io.h"
 
 using ratelnn::npu::Engine;
 
@@ -63,6 +65,63 @@ int ratel_npu_engine_run(void* engine, int64_t batch, const void* const* inputs,
   } catch (...) {
     return report("unknown error while running an engine", err, err_len);
   }
+}
+
+// Check run-time inputs (npu_io.h): n_inputs inputs, input k held as dtype dtypes[k] with
+// ranks[k] dims taken in order from `dims` (all inputs' dims concatenated), batch >= min_batch.
+// On success *batch is the inputs' batch size (-1 when there are none).
+int ratel_npu_engine_check_inputs(void* engine, int n_inputs, const char* const* dtypes, const int* ranks,
+                                  const int64_t* dims, int64_t min_batch, int64_t* batch, char* err,
+                                  size_t err_len) {
+  try {
+    if (!engine) return report("null engine handle", err, err_len);
+    if (n_inputs < 0) return report("negative input count", err, err_len);
+    std::vector<ratelnn::npu::InputSpec> specs(n_inputs);
+    size_t at = 0;
+    for (int k = 0; k < n_inputs; ++k) {
+      if (ranks[k] < 0) return report("negative rank", err, err_len);
+      specs[k].dtype = dtypes[k] ? dtypes[k] : "";
+      specs[k].has_shape = true;
+      specs[k].dims.assign(dims + at, dims + at + ranks[k]);
+      at += size_t(ranks[k]);
+    }
+    *batch = ratelnn::npu::check_engine_inputs(*static_cast<Engine*>(engine), specs, min_batch, "");
+    return 0;
+  } catch (const std::exception& ex) {
+    return report(ex.what(), err, err_len);
+  } catch (...) {
+    return report("unknown error while checking engine inputs", err, err_len);
+  }
+}
+
+// The engine.proto schema the C++ reader is written against (core/npu_format.h), one
+// entry a line, for tests/test_wire_constants.py:
+//   format <major> <minor>
+//   field <Message> <field> <number> <kind> <repeated 0|1>
+//   enum <Enum> <min> <max>
+//   value <Enum> <number> <NAME>        (names the C++ code prints)
+const char* ratel_npu_wire_schema() {
+  namespace npu = ratelnn::npu;
+  static const std::string schema = [] {
+    std::string s = "format " + std::to_string(npu::kFormatMajor) + " " + std::to_string(npu::kFormatMinor) + "\n";
+#define RATELNN_WIRE_FIELD_LINE(msg, name, number, kind, repeated)                                  \
+  s += std::string("field " #msg " " #name " ") + std::to_string(number) + " " #kind " " + \
+       (repeated ? "1" : "0") + "\n";
+    RATELNN_WIRE_FIELDS(RATELNN_WIRE_FIELD_LINE)
+#undef RATELNN_WIRE_FIELD_LINE
+    auto range = [&](const char* name, int64_t lo, int64_t hi) {
+      s += std::string("enum ") + name + " " + std::to_string(lo) + " " + std::to_string(hi) + "\n";
+    };
+    range("DType", npu::kDTypeMin, npu::kDTypeMax);
+    range("Opcode", npu::kOpcodeMin, npu::kOpcodeMax);
+    range("SplitMode", npu::kSplitModeMin, npu::kSplitModeMax);
+    for (int64_t v = npu::kDTypeMin; v <= npu::kDTypeMax; ++v)
+      s += "value DType " + std::to_string(v) + " " + npu::dtype_name(static_cast<npu::DType>(v)) + "\n";
+    for (int64_t v = npu::kOpcodeMin; v <= npu::kOpcodeMax; ++v)
+      s += "value Opcode " + std::to_string(v) + " " + npu::opcode_name(static_cast<npu::Opcode>(v)) + "\n";
+    return s;
+  }();
+  return schema.c_str();
 }
 
 }  // extern "C"

@@ -51,7 +51,8 @@ const char* opcode_name(Opcode op) {
                                 "AVG_POOL", "MEAN", "CONCAT", "REQUANT", "PAD", "RESHAPE",
                                 "TRANSPOSE", "LUT", "SOFTMAX"};
   int i = static_cast<int>(op);
-  return (i >= 1 && i <= 15) ? names[i] : "?";
+  static_assert(sizeof(names) / sizeof(names[0]) == kOpcodeMax + 1, "one name per opcode");
+  return (i >= kOpcodeMin && i <= kOpcodeMax) ? names[i] : "?";
 }
 
 int64_t TensorDesc::sample_elements() const {
@@ -121,14 +122,14 @@ void decode_version(WireReader r, Engine* e) {
   while (!r.done()) {
     int wt;
     uint32_t f = r.key(&wt);
-    if (f == 1) { expect(wt, kVarint, "format_version.major"); e->major = uint32_t(r.varint()); }
-    else if (f == 2) { expect(wt, kVarint, "format_version.minor"); e->minor = uint32_t(r.varint()); }
+    if (f == field::FormatVersion::major) { expect(wt, kVarint, "format_version.major"); e->major = uint32_t(r.varint()); }
+    else if (f == field::FormatVersion::minor) { expect(wt, kVarint, "format_version.minor"); e->minor = uint32_t(r.varint()); }
     else r.skip(wt);
   }
 }
 
 DType to_dtype(uint64_t v, const std::string& where) {
-  if (v < 1 || v > 4) fail(where + ": unknown dtype " + std::to_string(int64_t(v)));
+  if (v < uint64_t(kDTypeMin) || v > uint64_t(kDTypeMax)) fail(where + ": unknown dtype " + std::to_string(int64_t(v)));
   return static_cast<DType>(v);
 }
 
@@ -140,13 +141,13 @@ TensorDesc decode_tensor(WireReader r, size_t index) {
     int wt;
     uint32_t f = r.key(&wt);
     switch (f) {
-      case 1: expect(wt, kVarint, "tensor.id"); id = as_int32(r.varint(), "tensor.id"); break;
-      case 2: expect(wt, kLengthDelimited, "tensor.name"); t.name = read_string(r); break;
-      case 3: read_repeated(r, wt, &t.shape, false, "tensor.shape"); break;
-      case 4: expect(wt, kVarint, "tensor.dtype"); dtype = r.varint(); break;
-      case 5: { expect(wt, kFixed64, "tensor.scale"); uint64_t b = r.fixed(8); std::memcpy(&t.scale, &b, 8); break; }
-      case 6: expect(wt, kVarint, "tensor.sram_offset"); t.sram_offset = int64_t(r.varint()); break;
-      case 7: expect(wt, kVarint, "tensor.sram_size"); t.sram_size = int64_t(r.varint()); break;
+      case field::Tensor::id: expect(wt, kVarint, "tensor.id"); id = as_int32(r.varint(), "tensor.id"); break;
+      case field::Tensor::name: expect(wt, kLengthDelimited, "tensor.name"); t.name = read_string(r); break;
+      case field::Tensor::shape: read_repeated(r, wt, &t.shape, false, "tensor.shape"); break;
+      case field::Tensor::dtype: expect(wt, kVarint, "tensor.dtype"); dtype = r.varint(); break;
+      case field::Tensor::scale: { expect(wt, kFixed64, "tensor.scale"); uint64_t b = r.fixed(8); std::memcpy(&t.scale, &b, 8); break; }
+      case field::Tensor::sram_offset: expect(wt, kVarint, "tensor.sram_offset"); t.sram_offset = int64_t(r.varint()); break;
+      case field::Tensor::sram_size: expect(wt, kVarint, "tensor.sram_size"); t.sram_size = int64_t(r.varint()); break;
       default: r.skip(wt);
     }
   }
@@ -164,11 +165,11 @@ ConstDesc decode_constant(WireReader r, size_t index) {
     int wt;
     uint32_t f = r.key(&wt);
     switch (f) {
-      case 1: expect(wt, kVarint, "constant.id"); id = as_int32(r.varint(), "constant.id"); break;
-      case 2: expect(wt, kLengthDelimited, "constant.name"); c.name = read_string(r); break;
-      case 3: expect(wt, kVarint, "constant.dtype"); dtype = r.varint(); break;
-      case 4: read_repeated(r, wt, &c.shape, false, "constant.shape"); break;
-      case 5: {
+      case field::Constant::id: expect(wt, kVarint, "constant.id"); id = as_int32(r.varint(), "constant.id"); break;
+      case field::Constant::name: expect(wt, kLengthDelimited, "constant.name"); c.name = read_string(r); break;
+      case field::Constant::dtype: expect(wt, kVarint, "constant.dtype"); dtype = r.varint(); break;
+      case field::Constant::shape: read_repeated(r, wt, &c.shape, false, "constant.shape"); break;
+      case field::Constant::data: {
         expect(wt, kLengthDelimited, "constant.data");
         WireReader d = r.sub();
         c.data.assign(d.data(), d.data() + d.size());
@@ -189,21 +190,21 @@ Attrs decode_attrs(WireReader r) {
     int wt;
     uint32_t f = r.key(&wt);
     switch (f) {
-      case 1: read_repeated(r, wt, &a.strides, true, "attrs.strides"); break;
-      case 2: read_repeated(r, wt, &a.dilations, true, "attrs.dilations"); break;
-      case 3: read_repeated(r, wt, &a.pads, true, "attrs.pads"); break;
-      case 4: expect(wt, kVarint, "attrs.groups"); a.groups = as_int32(r.varint(), "attrs.groups"); break;
-      case 5: read_repeated(r, wt, &a.ksize, true, "attrs.ksize"); break;
-      case 6: expect(wt, kVarint, "attrs.act_min"); a.act_min = zigzag(r.varint()); a.has_act_min = true; break;
-      case 7: expect(wt, kVarint, "attrs.act_max"); a.act_max = zigzag(r.varint()); a.has_act_max = true; break;
-      case 8: expect(wt, kVarint, "attrs.count_include_pad"); a.count_include_pad = r.varint() != 0; break;
-      case 9: read_repeated(r, wt, &a.axes, true, "attrs.axes"); break;
-      case 10: expect(wt, kVarint, "attrs.axis"); a.axis = as_int32(r.varint(), "attrs.axis"); break;
-      case 11: read_repeated(r, wt, &a.perm, true, "attrs.perm"); break;
-      case 12: expect(wt, kVarint, "attrs.pad_value"); a.pad_value = zigzag(r.varint()); break;
-      case 13: read_repeated(r, wt, &a.multipliers, false, "attrs.multipliers"); break;
-      case 14: read_repeated(r, wt, &a.shifts, true, "attrs.shifts"); break;
-      case 15: expect(wt, kVarint, "attrs.keepdims"); a.keepdims = r.varint() != 0; break;
+      case field::Attrs::strides: read_repeated(r, wt, &a.strides, true, "attrs.strides"); break;
+      case field::Attrs::dilations: read_repeated(r, wt, &a.dilations, true, "attrs.dilations"); break;
+      case field::Attrs::pads: read_repeated(r, wt, &a.pads, true, "attrs.pads"); break;
+      case field::Attrs::groups: expect(wt, kVarint, "attrs.groups"); a.groups = as_int32(r.varint(), "attrs.groups"); break;
+      case field::Attrs::ksize: read_repeated(r, wt, &a.ksize, true, "attrs.ksize"); break;
+      case field::Attrs::act_min: expect(wt, kVarint, "attrs.act_min"); a.act_min = zigzag(r.varint()); a.has_act_min = true; break;
+      case field::Attrs::act_max: expect(wt, kVarint, "attrs.act_max"); a.act_max = zigzag(r.varint()); a.has_act_max = true; break;
+      case field::Attrs::count_include_pad: expect(wt, kVarint, "attrs.count_include_pad"); a.count_include_pad = r.varint() != 0; break;
+      case field::Attrs::axes: read_repeated(r, wt, &a.axes, true, "attrs.axes"); break;
+      case field::Attrs::axis: expect(wt, kVarint, "attrs.axis"); a.axis = as_int32(r.varint(), "attrs.axis"); break;
+      case field::Attrs::perm: read_repeated(r, wt, &a.perm, true, "attrs.perm"); break;
+      case field::Attrs::pad_value: expect(wt, kVarint, "attrs.pad_value"); a.pad_value = zigzag(r.varint()); break;
+      case field::Attrs::multipliers: read_repeated(r, wt, &a.multipliers, false, "attrs.multipliers"); break;
+      case field::Attrs::shifts: read_repeated(r, wt, &a.shifts, true, "attrs.shifts"); break;
+      case field::Attrs::keepdims: expect(wt, kVarint, "attrs.keepdims"); a.keepdims = r.varint() != 0; break;
       default: r.skip(wt);
     }
   }
@@ -217,17 +218,17 @@ Instruction decode_instruction(WireReader r) {
     int wt;
     uint32_t f = r.key(&wt);
     switch (f) {
-      case 1: expect(wt, kVarint, "instruction.opcode"); opcode = r.varint(); break;
-      case 2: read_ids(r, wt, &ins.inputs, "instruction.inputs"); break;
-      case 3: read_ids(r, wt, &ins.outputs, "instruction.outputs"); break;
-      case 4: read_ids(r, wt, &ins.consts, "instruction.consts"); break;
-      case 5: expect(wt, kLengthDelimited, "instruction.attrs"); ins.attrs = decode_attrs(r.sub()); break;
-      case 6: expect(wt, kVarint, "instruction.cycles"); ins.cycles = r.varint(); break;
-      case 7: expect(wt, kLengthDelimited, "instruction.name"); ins.name = read_string(r); break;
+      case field::Instruction::opcode: expect(wt, kVarint, "instruction.opcode"); opcode = r.varint(); break;
+      case field::Instruction::inputs: read_ids(r, wt, &ins.inputs, "instruction.inputs"); break;
+      case field::Instruction::outputs: read_ids(r, wt, &ins.outputs, "instruction.outputs"); break;
+      case field::Instruction::consts: read_ids(r, wt, &ins.consts, "instruction.consts"); break;
+      case field::Instruction::attrs: expect(wt, kLengthDelimited, "instruction.attrs"); ins.attrs = decode_attrs(r.sub()); break;
+      case field::Instruction::cycles: expect(wt, kVarint, "instruction.cycles"); ins.cycles = r.varint(); break;
+      case field::Instruction::name: expect(wt, kLengthDelimited, "instruction.name"); ins.name = read_string(r); break;
       default: r.skip(wt);
     }
   }
-  if (opcode < 1 || opcode > 15) fail("instruction '" + ins.name + "': unknown opcode " + std::to_string(int64_t(opcode)));
+  if (opcode < uint64_t(kOpcodeMin) || opcode > uint64_t(kOpcodeMax)) fail("instruction '" + ins.name + "': unknown opcode " + std::to_string(int64_t(opcode)));
   ins.opcode = static_cast<Opcode>(opcode);
   return ins;
 }
@@ -237,18 +238,18 @@ void decode_fields(WireReader r, Engine* e) {
     int wt;
     uint32_t f = r.key(&wt);
     switch (f) {
-      case 1: expect(wt, kLengthDelimited, "format_version"); decode_version(r.sub(), e); break;
-      case 2: expect(wt, kLengthDelimited, "name"); e->name = read_string(r); break;
-      case 3: expect(wt, kVarint, "batch_size"); e->batch_size = int64_t(r.varint()); break;
-      case 4: expect(wt, kLengthDelimited, "tensors"); e->tensors.push_back(decode_tensor(r.sub(), e->tensors.size())); break;
-      case 5: expect(wt, kLengthDelimited, "constants"); e->constants.push_back(decode_constant(r.sub(), e->constants.size())); break;
-      case 6: read_ids(r, wt, &e->inputs, "inputs"); break;
-      case 7: read_ids(r, wt, &e->outputs, "outputs"); break;
-      case 8: expect(wt, kLengthDelimited, "instructions"); e->instructions.push_back(decode_instruction(r.sub())); break;
-      case 9: expect(wt, kVarint, "device_id"); e->device_id = as_int32(r.varint(), "device_id"); break;
-      case 10: read_repeated(r, wt, &e->core_ids, true, "core_ids"); break;
-      case 11: expect(wt, kVarint, "split_mode"); e->split_mode = int64_t(r.varint()); break;
-      case 12: expect(wt, kVarint, "sram_bytes"); e->sram_bytes = int64_t(r.varint()); break;
+      case field::Engine::format_version: expect(wt, kLengthDelimited, "format_version"); decode_version(r.sub(), e); break;
+      case field::Engine::name: expect(wt, kLengthDelimited, "name"); e->name = read_string(r); break;
+      case field::Engine::batch_size: expect(wt, kVarint, "batch_size"); e->batch_size = int64_t(r.varint()); break;
+      case field::Engine::tensors: expect(wt, kLengthDelimited, "tensors"); e->tensors.push_back(decode_tensor(r.sub(), e->tensors.size())); break;
+      case field::Engine::constants: expect(wt, kLengthDelimited, "constants"); e->constants.push_back(decode_constant(r.sub(), e->constants.size())); break;
+      case field::Engine::inputs: read_ids(r, wt, &e->inputs, "inputs"); break;
+      case field::Engine::outputs: read_ids(r, wt, &e->outputs, "outputs"); break;
+      case field::Engine::instructions: expect(wt, kLengthDelimited, "instructions"); e->instructions.push_back(decode_instruction(r.sub())); break;
+      case field::Engine::device_id: expect(wt, kVarint, "device_id"); e->device_id = as_int32(r.varint(), "device_id"); break;
+      case field::Engine::core_ids: read_repeated(r, wt, &e->core_ids, true, "core_ids"); break;
+      case field::Engine::split_mode: expect(wt, kVarint, "split_mode"); e->split_mode = int64_t(r.varint()); break;
+      case field::Engine::sram_bytes: expect(wt, kVarint, "sram_bytes"); e->sram_bytes = int64_t(r.varint()); break;
       default: r.skip(wt);
     }
   }
@@ -291,7 +292,7 @@ class Validator {
     if (e_.sram_bytes < 0) fail("negative sram_bytes");
     if (e_.device_id < 0) fail("negative device_id");
     for (int64_t c : e_.core_ids) if (c < 0) fail("negative core id");
-    if (e_.split_mode < 0 || e_.split_mode > 4) fail("unknown split_mode " + std::to_string(e_.split_mode));
+    if (e_.split_mode < kSplitModeMin || e_.split_mode > kSplitModeMax) fail("unknown split_mode " + std::to_string(e_.split_mode));
     int64_t total = 0;
     for (size_t i = 0; i < e_.tensors.size(); ++i) {
       TensorDesc& t = e_.tensors[i];

@@ -11,13 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "core/npu_format.h"
 #include "core/npu_wire.h"
 
 namespace ratelnn {
 namespace npu {
 
-constexpr uint32_t kFormatMajor = 1;
-constexpr uint32_t kFormatMinor = 0;
 constexpr int kMaxRank = 6;
 constexpr int64_t kMaxElements = (int64_t(1) << 31) - 1;      // per tensor or constant
 constexpr int64_t kMaxActivationBytes = int64_t(1) << 33;     // sum over tensors, at any batch
@@ -30,6 +29,9 @@ enum class Opcode : int {
   kMean = 8, kConcat = 9, kRequant = 10, kPad = 11, kReshape = 12, kTranspose = 13, kLut = 14,
   kSoftmax = 15,
 };
+static_assert(int(DType::kInt8) == kDTypeMin && int(DType::kInt32) == kDTypeMax, "npu_format.h DType range");
+static_assert(int(Opcode::kConv2D) == kOpcodeMin && int(Opcode::kSoftmax) == kOpcodeMax,
+              "npu_format.h Opcode range");
 
 int itemsize(DType t);
 int64_t qmin(DType t);

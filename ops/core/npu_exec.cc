@@ -1,6 +1,7 @@
 // The native NPU executor (see npu_exec.h).  Every formula here is the one of
 // docs/npu-arithmetic.md; ratelnn/npu/reference.py is the readable twin.
 #include "core/npu_exec.h"
+#include "core/npu_io.h"
 
 #include <algorithm>
 #include <chrono>
@@ -575,8 +576,9 @@ void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& 
                 const std::vector<int64_t>& output_sizes, int num_threads) {
   std::string who = "engine '" + e.name + "': ";
   if (batch < 1) throw EngineError(who + "batch size must be positive, got " + std::to_string(batch));
-  if (inputs.size() != e.inputs.size() || input_sizes.size() != e.inputs.size())
-    throw EngineError(who + "expects " + std::to_string(e.inputs.size()) + " inputs, got " + std::to_string(inputs.size()));
+  check_input_count(e, inputs.size(), "");
+  if (input_sizes.size() != inputs.size())
+    throw EngineError(who + std::to_string(inputs.size()) + " inputs but " + std::to_string(input_sizes.size()) + " sizes");
   if (outputs.size() != e.outputs.size() || output_sizes.size() != e.outputs.size())
     throw EngineError(who + "has " + std::to_string(e.outputs.size()) + " outputs, got " + std::to_string(outputs.size()) + " buffers");
   int64_t total = 0;
@@ -587,12 +589,7 @@ void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& 
     total += tensor_bytes(e, int(id), batch);
     if (total > kMaxActivationBytes) throw EngineError(who + "activations exceed 8 GiB at batch " + std::to_string(batch));
   }
-  for (size_t k = 0; k < e.inputs.size(); ++k) {
-    int64_t want = tensor_bytes(e, e.inputs[k], batch);
-    if (input_sizes[k] != want || (want > 0 && inputs[k] == nullptr))
-      throw EngineError(who + "input " + std::to_string(k) + " '" + e.tensors[e.inputs[k]].name + "' has " +
-                        std::to_string(input_sizes[k]) + " bytes, expected " + std::to_string(want));
-  }
+  for (size_t k = 0; k < e.inputs.size(); ++k) check_input_bytes(e, k, inputs[k], input_sizes[k], batch, "");
   for (size_t k = 0; k < e.outputs.size(); ++k) {
     int64_t want = tensor_bytes(e, e.outputs[k], batch);
     if (output_sizes[k] != want || (want > 0 && outputs[k] == nullptr))

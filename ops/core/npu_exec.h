@@ -16,8 +16,8 @@ int64_t tensor_bytes(const Engine& e, int tensor_id, int64_t batch);
 
 // Run `e` on `batch` samples.  inputs[k] holds engine input k (tensor_bytes bytes, the
 // tensor's dtype, row-major, batch first); outputs[k] receives engine output k.
-// Sizes are checked against input_sizes/output_sizes; errors throw EngineError naming the
-// engine.  `num_threads` >= 1: kernels split their work over a persistent pool (npu_threads.h).
+// The count and sizes are checked (inputs with npu_io.h's checks, outputs against
+// output_sizes); errors throw EngineError naming the engine.  `num_threads` >= 1: kernels split their work over a persistent pool (npu_threads.h).
 void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& inputs,
                 const std::vector<int64_t>& input_sizes, const std::vector<void*>& outputs,
                 const std::vector<int64_t>& output_sizes, int num_threads);

@@ -1,7 +1,8 @@
 // Bounds-checked reader of the protobuf wire format (no libprotobuf).
 //
 // Every read checks the remaining length first; malformed input throws EngineError.
-// Used only by npu_engine.cc to decode ratelnn/proto/engine.proto.
+// Used only by npu_engine.cc to decode ratelnn/proto/engine.proto, whose field numbers and
+// enum ranges it takes from npu_format.h.
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,10 @@
 // MXNet 1.9 registration (lib_api.h) of ratel_minmax, ratel_quant, ratel_dequant and
 // ratel_engine_op (DESIGN §5, docs/mxnet.md). The arithmetic lives in ops/core (shared with
 // the TensorFlow glue); this file only parses the string attributes, checks types and
-// shapes, and maps MXNet tensors onto the core loops. ratel_engine_op checks its placement
-// and records each run's predicted device time as the TensorFlow op does (core/device_time.h).
+// shapes, and maps MXNet tensors onto the core loops. ratel_engine_op checks its inputs with
+// the checks every engine caller shares (core/npu_io.h), checks its placement and records each
+// run's predicted device time as the TensorFlow op does (core/device_time.h). Loops run on the
+// one worker pool of ops/core (core/npu_threads.h).
 //
 // Every callback catches all exceptions: an error is reported through MX_ERROR_MSG and
 // MX_FAIL, which MXNet turns into an MXNetError naming the op; nothing unwinds into MXNet.
@@ -27,6 +29,8 @@
 #include "core/minmax.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
+#include "core/npu_io.h"
+#include "core/npu_threads.h"
 #include "core/quant.h"
 #include "core/stats_store.h"
 #include "mxnet/lib_api.h"
@@ -174,25 +178,22 @@ std::string ShapeText(const std::vector<int64_t>& dims) {
 }
 
 // ------------------------------------------------------------------ parallel loops
-// Runs work(begin, end) over [0, units) on up to hardware_concurrency threads when the
-// tensor is large enough to pay for them.
+// Threads this library's loops may use: one per hardware thread.
+int HardwareThreads() { return std::max<int>(std::thread::hardware_concurrency(), 1); }
+
+// Runs work(begin, end) over [0, units) on the worker pool of ops/core (parallel_for), with
+// as many threads as the tensor is large enough to pay for (at most HardwareThreads()).
 template <typename Work>
 void ParallelUnits(int64_t units, int64_t unit_size, Work work) {
   constexpr int64_t kElementsPerThread = int64_t(1) << 18;
   const int64_t total = units * std::max<int64_t>(unit_size, 1);
-  const int64_t hw = std::max<unsigned>(std::thread::hardware_concurrency(), 1u);
-  const int64_t threads = std::min({hw, units, std::max<int64_t>(total / kElementsPerThread, 1)});
+  const int64_t threads =
+      std::min({int64_t(HardwareThreads()), units, std::max<int64_t>(total / kElementsPerThread, 1)});
   if (threads <= 1) {
     work(int64_t(0), units);
     return;
   }
-  std::vector<std::thread> pool;
-  const int64_t chunk = (units + threads - 1) / threads;
-  for (int64_t begin = chunk; begin < units; begin += chunk) {
-    pool.emplace_back(work, begin, std::min(units, begin + chunk));
-  }
-  work(int64_t(0), std::min(units, chunk));
-  for (auto& t : pool) t.join();
+  ratelnn::npu::parallel_for(units, int(threads), work);
 }
 
 // ------------------------------------------------------------------ scales (quant/dequant)
@@ -562,13 +563,36 @@ MXReturnValue EngineParse(const Attrs& attrs, int* num_in, int* num_out) {
   });
 }
 
+// The ratelnn dtype an MXNet dtype carries for an engine tensor of dtype `want` (MXNet has
+// no int16: int32 carries int16 values), as the name the shared input checks compare.
+std::string CarriedDType(int mx_dtype, DType want) {
+  if (mx_dtype == kInt32 && want == DType::kInt16) return "int16";
+  return MXDTypeName(mx_dtype);
+}
+
+// The shared dtype check of engine input k (core/npu_io.h) for an MXNet dtype, with the
+// carrier the input needs when it is int16.
+void CheckInputDType(const Engine& e, size_t k, int mx_dtype) {
+  const DType want = e.tensors[e.inputs[k]].dtype;
+  try {
+    ratelnn::npu::check_input_dtype(e, k, CarriedDType(mx_dtype, want), "");
+  } catch (const ratelnn::npu::EngineError& err) {
+    if (want != DType::kInt16) throw;
+    throw ratelnn::npu::EngineError(std::string(err.what()) + " (MXNet carries int16 as int32)");
+  }
+}
+
 MXReturnValue EngineType(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
   return Guarded("ratel_engine_op", [&] {
     std::shared_ptr<const Engine> e = NodeEngine(attrs);
+    ratelnn::npu::check_input_count(*e, in->size(), "");
     for (size_t k = 0; k < e->inputs.size(); ++k) {
-      const auto& t = e->tensors[e->inputs[k]];
-      UnifyType(in, k, CarrierOf(t.dtype), EngineLabel(*e) + " input " + std::to_string(k) +
-                                               " ('" + t.name + "')");
+      const int t = (*in)[k];
+      if (t == -1 || t == kUNSET) {
+        (*in)[k] = CarrierOf(e->tensors[e->inputs[k]].dtype);
+      } else {
+        CheckInputDType(*e, k, t);
+      }
     }
     for (size_t k = 0; k < e->outputs.size(); ++k) (*out)[k] = CarrierOf(e->tensors[e->outputs[k]].dtype);
     return MX_SUCCESS;
@@ -578,23 +602,12 @@ MXReturnValue EngineType(const Attrs& attrs, std::vector<int>* in, std::vector<i
 MXReturnValue EngineShape(const Attrs& attrs, Shapes* in, Shapes* out) {
   return Guarded("ratel_engine_op", [&] {
     std::shared_ptr<const Engine> e = NodeEngine(attrs);
+    ratelnn::npu::check_input_count(*e, in->size(), "");
     int64_t batch = -1;
     for (size_t k = 0; k < e->inputs.size(); ++k) {
-      const auto& t = e->tensors[e->inputs[k]];
       const std::vector<unsigned int>& got = in->at(k);
-      std::vector<int64_t> dims(got.begin(), got.end());
-      bool ok = dims.size() == t.shape.size() && !dims.empty();
-      for (size_t d = 1; ok && d < dims.size(); ++d) ok = dims[d] == t.shape[d];
-      if (!ok) {
-        throw std::runtime_error(EngineLabel(*e) + ": input " + std::to_string(k) + " ('" + t.name +
-                                 "') has shape " + ShapeText(dims) + ", expected (N, ...) with " +
-                                 ShapeText(t.shape) + " at the compiled batch");
-      }
-      if (batch >= 0 && dims[0] != batch) {
-        throw std::runtime_error(EngineLabel(*e) + ": inputs disagree on the batch size (" +
-                                 std::to_string(batch) + " vs " + std::to_string(dims[0]) + ")");
-      }
-      batch = dims[0];
+      batch = ratelnn::npu::check_input_shape(*e, k, std::vector<int64_t>(got.begin(), got.end()), batch,
+                                              0, "");
     }
     if (batch < 0) batch = e->batch_size;
     for (size_t k = 0; k < e->outputs.size(); ++k) {
@@ -641,11 +654,18 @@ class EngineState : public CustomStatefulOp {
                         const OpResource&) override {
     return Guarded("ratel_engine_op", [&] {
       const Engine& e = *engine_;
-      if (inputs->size() != e.inputs.size() || outputs->size() != e.outputs.size()) {
-        throw std::runtime_error(EngineLabel(e) + ": called with " + std::to_string(inputs->size()) +
-                                 " inputs / " + std::to_string(outputs->size()) + " outputs");
+      ratelnn::npu::check_input_count(e, inputs->size(), "");
+      if (outputs->size() != e.outputs.size()) {
+        throw std::runtime_error(EngineLabel(e) + ": called with " + std::to_string(outputs->size()) +
+                                 " outputs, the engine has " + std::to_string(e.outputs.size()));
       }
-      const int64_t batch = inputs->empty() ? e.batch_size : inputs->at(0).shape.at(0);
+      int64_t batch = -1;  // the shared checks (core/npu_io.h); run_engine checks the bytes
+      for (size_t k = 0; k < inputs->size(); ++k) {
+        const MXTensor& x = inputs->at(k);
+        CheckInputDType(e, k, x.dtype);
+        batch = ratelnn::npu::check_input_shape(e, k, x.shape, batch, 0, "");
+      }
+      if (batch < 0) batch = e.batch_size;
       std::vector<std::vector<int16_t>> narrowed(inputs->size()), widened(outputs->size());
       std::vector<const void*> in_ptrs;
       std::vector<int64_t> in_sizes;
@@ -675,8 +695,7 @@ class EngineState : public CustomStatefulOp {
           out_sizes.push_back(y.size() * ratelnn::npu::itemsize(t.dtype));
         }
       }
-      const int threads = std::max<int>(std::thread::hardware_concurrency(), 1);
-      ratelnn::npu::run_engine(e, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, threads);
+      ratelnn::npu::run_engine(e, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, HardwareThreads());
       for (size_t k = 0; k < outputs->size(); ++k) {
         if (widened[k].empty()) continue;
         int32_t* y = outputs->at(k).data<int32_t>();

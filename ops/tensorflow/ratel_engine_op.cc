@@ -5,7 +5,8 @@
 //
 // The engine bytes are decoded and validated once, when the kernel is constructed;
 // corrupted or hostile bytes give an InvalidArgument status naming the engine, never a
-// crash.  Inputs are checked against the engine on every run.  The batch dimension is free:
+// crash.  Inputs are checked with the engine input checks every caller shares
+// (ops/core/npu_io.h): count and dtypes when the kernel is built, shapes on every run.  The batch dimension is free:
 // an engine compiled for batch b runs any batch N >= 0 (N = 0 gives empty outputs).
 #include <algorithm>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "core/device_time.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
+#include "core/npu_io.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -111,8 +113,8 @@ class RatelEngineOp : public OpKernel {
       ctx->CtxFailure(InvalidArgument(e.what()));
       return;
     }
-    OP_REQUIRES_OK(ctx, CheckTypes(ctx->input_types(), engine_.inputs, "input"));
-    OP_REQUIRES_OK(ctx, CheckTypes(ctx->output_types(), engine_.outputs, "output"));
+    OP_REQUIRES_OK(ctx, CheckInputTypes(ctx->input_types()));
+    OP_REQUIRES_OK(ctx, CheckOutputTypes(ctx->output_types()));
     OP_REQUIRES_OK(ctx, CheckOutputShapes(output_shapes));
     // the engine runs only where the local runtime has its device and cores (RATELNN_DEVICES)
     const std::string missing = npu::placement_error(engine_name_, device_id_, core_ids_);
@@ -127,7 +129,14 @@ class RatelEngineOp : public OpKernel {
     std::vector<int64_t> in_sizes;
     for (int k = 0; k < ctx->num_inputs(); ++k) {
       const Tensor& x = ctx->input(k);
-      OP_REQUIRES_OK(ctx, CheckInput(k, x.shape(), &batch));
+      const auto sizes = x.shape().dim_sizes();
+      try {  // the shared check (ops/core/npu_io.h); batch 0 runs nothing
+        batch = npu::check_input_shape(engine_, k, std::vector<int64_t>(sizes.begin(), sizes.end()),
+                                       batch, 0, engine_name_);
+      } catch (const std::exception& e) {
+        ctx->CtxFailure(InvalidArgument(e.what()));
+        return;
+      }
       in_ptrs.push_back(x.tensor_data().data());
       in_sizes.push_back(int64_t(x.tensor_data().size()));
     }
@@ -159,16 +168,28 @@ class RatelEngineOp : public OpKernel {
   }
 
  private:
-  absl::Status CheckTypes(const DataTypeSlice& types, const std::vector<int>& ids,
-                          const char* what) const {
+  // The node's input count and dtypes (Tin), by the shared checks of ops/core/npu_io.h.
+  absl::Status CheckInputTypes(const DataTypeSlice& types) const {
+    try {
+      npu::check_input_count(engine_, types.size(), engine_name_);
+      for (size_t k = 0; k < types.size(); ++k)
+        npu::check_input_dtype(engine_, k, DataTypeString(types[k]), engine_name_);
+    } catch (const std::exception& e) {
+      return InvalidArgument(e.what());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckOutputTypes(const DataTypeSlice& types) const {
+    const std::vector<int>& ids = engine_.outputs;
     if (types.size() != ids.size()) {
-      return InvalidArgument("engine '", engine_name_, "': the node has ", types.size(), " ",
-                             what, "s but the engine has ", ids.size());
+      return InvalidArgument("engine '", engine_name_, "': the node has ", types.size(),
+                             " outputs but the engine has ", ids.size());
     }
     for (size_t k = 0; k < ids.size(); ++k) {
       const npu::TensorDesc& t = engine_.tensors[ids[k]];
       if (types[k] != TfDtype(t.dtype)) {
-        return InvalidArgument("engine '", engine_name_, "': ", what, " ", k, " ('", t.name,
+        return InvalidArgument("engine '", engine_name_, "': output ", k, " ('", t.name,
                                "') is ", npu::dtype_name(t.dtype), " in the engine but ",
                                DataTypeString(types[k]), " in the node");
       }
@@ -189,36 +210,10 @@ class RatelEngineOp : public OpKernel {
       if (!same) {
         return InvalidArgument("engine '", engine_name_, "': output_shapes[", k, "] ",
                                shapes[k].DebugString(), " does not match engine output '", t.name,
-                               "' of shape ", ShapeString(t.shape));
+                               "' of shape ", npu::free_batch_shape(t.shape));
       }
     }
     return absl::OkStatus();
-  }
-
-  // Input k has the engine input's rank, dtype and dims 1..; its batch equals *batch
-  // (set by the first input).
-  absl::Status CheckInput(int k, const TensorShape& shape, int64_t* batch) const {
-    const npu::TensorDesc& t = engine_.tensors[engine_.inputs[k]];
-    bool same = shape.dims() == int(t.shape.size());
-    for (size_t d = 1; same && d < t.shape.size(); ++d) same = shape.dim_size(d) == t.shape[d];
-    if (!same) {
-      return InvalidArgument("engine '", engine_name_, "': input ", k, " ('", t.name,
-                             "') has shape ", shape.DebugString(), ", expected ",
-                             ShapeString(t.shape));
-    }
-    if (*batch >= 0 && shape.dim_size(0) != *batch) {
-      return InvalidArgument("engine '", engine_name_, "': inputs disagree on the batch size (",
-                             *batch, " vs ", shape.dim_size(0), " for input '", t.name, "')");
-    }
-    *batch = shape.dim_size(0);
-    return absl::OkStatus();
-  }
-
-  // "[N,d1,d2,...]": an engine shape with its free batch dimension.
-  static std::string ShapeString(const std::vector<int64_t>& shape) {
-    std::string s = "[N";
-    for (size_t d = 1; d < shape.size(); ++d) absl::StrAppend(&s, ",", shape[d]);
-    return s + "]";
   }
 
   std::string engine_name_;
