@@ -412,6 +412,14 @@ def test_run_rejects_wrong_inputs():
         eng.run([x[:, :5]], backend="native")
     with pytest.raises(EngineError, match="expects 1 inputs"):
         eng.run([x, x], backend="reference")
+    # one native check (ops/core/npu_io.h) for both executors and the TF/MXNet ops
+    for backend in ("reference", "native"):
+        with pytest.raises(EngineError, match=r"engine 'chain\w*': input 0 \('\w+'\) must be int8, got int16"):
+            eng.run([x.astype(np.int16)], backend=backend)
+        with pytest.raises(EngineError, match=r"input 0 \('\w+'\) has batch 0, expected N >= 1"):
+            eng.run([x[:0]], backend=backend)
+        with pytest.raises(EngineError, match=r"has shape \[2,6,6\], expected \[N,6,6,3\]"):
+            eng.run([x[..., 0]], backend=backend)
     with pytest.raises(ValueError, match="backend"):
         eng.run([x], backend="gpu")
 

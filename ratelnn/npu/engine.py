@@ -124,24 +124,12 @@ class Engine:
         return self._constants
 
     def check_inputs(self, arrays: Sequence[np.ndarray]) -> Tuple[List[np.ndarray], int]:
-        """Check run-time inputs against the engine: count, dtype, shape[1:], one batch.
-        Returns the inputs as C-contiguous arrays and the batch size N."""
-        if len(arrays) != len(self.inputs):
-            raise EngineError(f"engine {self.name!r}: expects {len(self.inputs)} inputs, got {len(arrays)}")
-        out, batch = [], None
-        for spec, a in zip(self.inputs, arrays):
-            a = np.asarray(a)
-            if a.dtype != spec.dtype:
-                raise EngineError(f"engine {self.name!r}: input {spec.name!r} must be {spec.dtype}, got {a.dtype}")
-            if a.ndim != len(spec.shape) or a.shape[1:] != spec.shape[1:] or a.shape[0] < 1:
-                raise EngineError(f"engine {self.name!r}: input {spec.name!r} has shape {a.shape}, "
-                                  f"expected (N,) + {spec.shape[1:]}")
-            if batch is not None and a.shape[0] != batch:
-                raise EngineError(f"engine {self.name!r}: inputs disagree on the batch size "
-                                  f"({batch} vs {a.shape[0]})")
-            batch = a.shape[0]
-            out.append(np.ascontiguousarray(a))
-        return out, int(batch)
+        """Check run-time inputs against the engine: count, dtype, shape[1:], one batch N >= 1
+        (the native check of ops/core/npu_io.h, shared with the TF and MXNet ops, for both
+        executors).  Returns the inputs as C-contiguous arrays and the batch size N."""
+        arrays = [np.asarray(a) for a in arrays]
+        batch = self._native.check_inputs(arrays, min_batch=1)
+        return [np.ascontiguousarray(a) for a in arrays], batch
 
     def run(self, arrays: Sequence[np.ndarray], backend: str = "reference", num_threads: int = 2) -> List[np.ndarray]:
         """Execute on integer inputs (any batch size N); returns the output arrays.

@@ -56,6 +56,13 @@ def _load():
                 ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
                 ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
             lib.ratel_npu_engine_run.restype = ctypes.c_int
+            lib.ratel_npu_engine_check_inputs.argtypes = [
+                ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int),
+                ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p,
+                ctypes.c_size_t]
+            lib.ratel_npu_engine_check_inputs.restype = ctypes.c_int
+            lib.ratel_npu_wire_schema.argtypes = []
+            lib.ratel_npu_wire_schema.restype = ctypes.c_char_p
             lib.ratelnn_isa_active.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             lib.ratelnn_isa_active.restype = ctypes.c_char_p
             lib.ratelnn_isa_supported.argtypes = [ctypes.c_char_p]
@@ -90,6 +97,12 @@ def set_isa(name: str) -> None:
         raise EngineError(err.value.decode(errors="replace"))
 
 
+def wire_schema() -> str:
+    """The engine.proto field numbers, kinds and enum ranges the native reader is written
+    against (ops/core/npu_format.h), as text lines (tests/test_wire_constants.py)."""
+    return _load().ratel_npu_wire_schema().decode()
+
+
 @contextlib.contextmanager
 def force_isa(name: str) -> Iterator[str]:
     """Run the native kernels on path ``name`` inside the ``with`` block, then return to the
@@ -115,6 +128,23 @@ class NativeEngine:
         if rc != 0:
             self._handle = None
             raise EngineError(err.value.decode(errors="replace"))
+
+    def check_inputs(self, inputs: Sequence[np.ndarray], min_batch: int = 1) -> int:
+        """The native check of run-time inputs (ops/core/npu_io.h): count, dtype, shape[1:],
+        one batch >= ``min_batch``.  Returns the batch; raises :class:`EngineError`."""
+        n = len(inputs)
+        # a non-native byte order is not the engine's dtype even when the name matches
+        names = [(a.dtype.name if a.dtype.isnative else a.dtype.str).encode() for a in inputs]
+        dtypes = (ctypes.c_char_p * max(n, 1))(*names)
+        ranks = (ctypes.c_int * max(n, 1))(*[a.ndim for a in inputs])
+        flat = [int(d) for a in inputs for d in a.shape]
+        dims = (ctypes.c_int64 * max(len(flat), 1))(*flat)
+        batch = ctypes.c_int64(-1)
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        if self._lib.ratel_npu_engine_check_inputs(self._handle, n, dtypes, ranks, dims, int(min_batch),
+                                                   ctypes.byref(batch), err, _ERR_LEN) != 0:
+            raise EngineError(err.value.decode(errors="replace"))
+        return int(batch.value)
 
     def run(self, inputs: Sequence[np.ndarray], batch: int, outputs: Sequence[Tuple[Tuple[int, ...], np.dtype]],
             num_threads: int = 2) -> List[np.ndarray]:
