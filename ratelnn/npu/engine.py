@@ -17,40 +17,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import RatelError
 from ..proto import engine_pb2 as pb
 from .memory_plan import plan_memory
 
-FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
-MAX_PRODUCT = 1 << 62   # |accumulator * multiplier| bound every engine must respect
-MAX_MULTIPLIER = (1 << 31) - 1
-MAX_SHIFT = 62
-
-DTYPES: Dict[int, np.dtype] = {pb.INT8: np.dtype("int8"), pb.UINT8: np.dtype("uint8"),
-                               pb.INT16: np.dtype("int16"), pb.INT32: np.dtype("int32")}
-DTYPE_CODES: Dict[np.dtype, int] = {v: k for k, v in DTYPES.items()}
-ACTIVATION_DTYPES = ("int8", "uint8", "int16")
-
-OPCODES = {name: pb.Opcode.Value(name) for name in pb.Opcode.keys() if name != "OPCODE_UNSPECIFIED"}
-SPLIT_MODES = {name: pb.SplitMode.Value(name) for name in pb.SplitMode.keys()}
-
-
-class EngineError(RatelError, ValueError):
-    """Engine bytes are malformed or inconsistent, or run-time inputs do not fit the engine.
-    The message names the engine."""
-
-
-def qrange(dtype) -> Tuple[int, int]:
-    """(min, max) code of an integer dtype."""
-    info = np.iinfo(np.dtype(dtype))
-    return int(info.min), int(info.max)
-
-
-def qabs(dtype) -> int:
-    """Largest |code| of an integer dtype: 128 (int8), 255 (uint8), 32768 (int16)."""
-    lo, hi = qrange(dtype)
-    return max(-lo, hi)
+from .format import (ACTIVATION_DTYPES, DTYPE_CODES, DTYPES, FORMAT_MAJOR, FORMAT_MINOR, MAX_MULTIPLIER,  # noqa: F401
+                     MAX_PRODUCT, MAX_SHIFT, OPCODES, SPLIT_MODES, EngineError, qabs, qrange)
 
 
 @dataclasses.dataclass(frozen=True)

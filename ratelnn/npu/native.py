@@ -17,8 +17,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import oplib
 from .._build import OPS_DIR, build_library
-from .engine import EngineError
+from .format import EngineError
 
 _ERR_LEN = 4096
 _lib = None
@@ -90,11 +91,13 @@ def supported_isas() -> Tuple[str, ...]:
 
 
 def set_isa(name: str) -> None:
-    """Run the native kernels on path ``name`` from now on, in this process.  Raises
-    :class:`EngineError` for an unknown path or one this CPU lacks."""
+    """Run the native kernels on path ``name`` from now on, in this process: the executor's
+    and those of the loaded TensorFlow/MXNet op libraries (engine ops, calibration scans).
+    Raises :class:`EngineError` for an unknown path or one this CPU lacks."""
     err = ctypes.create_string_buffer(_ERR_LEN)
-    if _load().ratelnn_isa_set(str(name).encode(), err, _ERR_LEN) != 0:
-        raise EngineError(err.value.decode(errors="replace"))
+    for lib in [_load(), *oplib.loaded_libraries()]:
+        if lib.ratelnn_isa_set(str(name).encode(), err, _ERR_LEN) != 0:
+            raise EngineError(err.value.decode(errors="replace"))
 
 
 def wire_schema() -> str:
@@ -105,8 +108,9 @@ def wire_schema() -> str:
 
 @contextlib.contextmanager
 def force_isa(name: str) -> Iterator[str]:
-    """Run the native kernels on path ``name`` inside the ``with`` block, then return to the
-    path that was active before."""
+    """Run every native kernel of this process on path ``name`` inside the ``with`` block
+    (see :func:`set_isa`), then return to the path that was active before.
+    ``RATELNN_ISA=name`` does the same for a whole process."""
     previous = native_isa()
     set_isa(name)
     try:
