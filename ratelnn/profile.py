@@ -27,26 +27,16 @@ def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
         found = [(str(n.attrs.get("engine_name", n.name)), n.attrs["engine"])
                  for n in graph_npu.nodes if n.op == "Engine"]
     elif _is_tf_graph_def(graph_npu):
-        found = [(nd.attr["engine_name"].s.decode(errors="replace") or nd.name, nd.attr["engine"].s)
-                 for nd in graph_npu.node if nd.op == "RatelEngineOp"]
+        from .frontend.tensorflow.model_io import engine_nodes
+        found = engine_nodes(graph_npu)
     elif isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
-        found = _mxnet_engines(graph_npu[0])
+        import json
+        from .frontend.mxnet.model_io import engine_nodes
+        found = engine_nodes(json.loads(graph_npu[0].tojson())["nodes"])
     else:
         raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
                         f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
     return [(name, Engine.from_bytes(data, label=name)) for name, data in found]
-
-
-def _mxnet_engines(symbol: Any) -> List[Tuple[str, bytes]]:
-    """(engine_name, bytes) of the ``ratel_engine_op`` nodes of an MXNet symbol."""
-    import json
-    from .frontend.mxnet.attrs import decode_custom_attrs
-    found = []
-    for node in json.loads(symbol.tojson())["nodes"]:
-        if node["op"] == "ratel_engine_op":
-            attrs = decode_custom_attrs("Engine", node.get("attrs", {}))
-            found.append((attrs["engine_name"] or node["name"], attrs["engine"]))
-    return found
 
 
 def _is_tf_graph_def(obj: Any) -> bool:

@@ -18,7 +18,9 @@ import pytest
 import tensorflow as tf
 
 from ratelnn.analysis import Report  # noqa: E402
-from ratelnn.cli import main, parse_override, write_atomic  # noqa: E402
+from ratelnn.cli import main  # noqa: E402
+from ratelnn.cli.common import parse_override  # noqa: E402
+from ratelnn.fileio import write_atomic  # noqa: E402
 from ratelnn.frontend.tensorflow import freeze_keras  # noqa: E402
 from ratelnn.runners import run_model  # noqa: E402
 

@@ -13,6 +13,7 @@ from ...joint.convert import JointConvertImpl
 from .exporter import export_json, export_symbol
 from .handler import MXModelHandler
 from .importer import import_symbol
+from . import model_io
 
 
 def converter(graph_def: Any, config: Mapping[str, Any], device_info: Optional[Dict[int, Any]] = None) -> ConvertImpl:
@@ -27,4 +28,5 @@ def joint_converter(graph_def_list: Sequence[Any], config_list: Sequence[Mapping
     return JointConvertImpl(MXModelHandler(), graph_def_list, config_list, device_info or {})
 
 
-__all__ = ["converter", "joint_converter", "MXModelHandler", "import_symbol", "export_symbol", "export_json"]
+__all__ = ["converter", "joint_converter", "MXModelHandler", "import_symbol", "export_symbol", "export_json",
+           "model_io"]

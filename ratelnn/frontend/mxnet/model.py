@@ -46,7 +46,7 @@ def load_model(graph_def: Any) -> MXModel:
     checkpoint prefix (``<prefix>-symbol.json`` + ``<prefix>-0000.params``, or the latest
     epoch present).  Raises ModelError for anything else, naming what is wrong."""
     if isinstance(graph_def, (str, os.PathLike)):
-        return _load_checkpoint(os.fspath(graph_def))
+        return _parse(*read_checkpoint(os.fspath(graph_def)))
     if isinstance(graph_def, (tuple, list)) and len(graph_def) == 3:
         symbol, arg_params, aux_params = graph_def
         return _parse(_symbol_json(symbol), _numpy_params(arg_params, "arg_params"),
@@ -77,10 +77,6 @@ def _numpy_params(params: Optional[Mapping[str, Any]], what: str) -> Dict[str, n
     for name, value in params.items():
         out[str(name)] = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
     return out
-
-
-def _load_checkpoint(prefix: str) -> MXModel:
-    return _parse(*read_checkpoint(prefix))
 
 
 def read_checkpoint(prefix: str) -> Tuple[Any, Dict[str, np.ndarray], Dict[str, np.ndarray]]:

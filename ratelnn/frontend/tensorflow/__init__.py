@@ -10,6 +10,7 @@ from .exporter import export_graphdef
 from .freeze import freeze_keras, freeze_saved_model
 from .handler import TFModelHandler
 from .importer import import_graphdef
+from . import model_io
 
 
 def converter(graph_def: Any, config: Mapping[str, Any], device_info: Optional[Dict[int, Any]] = None) -> ConvertImpl:
@@ -25,4 +26,4 @@ def joint_converter(graph_def_list: Sequence[Any], config_list: Sequence[Mapping
 
 
 __all__ = ["converter", "joint_converter", "freeze_keras", "freeze_saved_model", "TFModelHandler",
-           "import_graphdef", "export_graphdef"]
+           "import_graphdef", "export_graphdef", "model_io"]

@@ -1,0 +1,84 @@
+"""``ratelnn build CONFIG --model PATH --data PATH``: calibrate one model, write its cal/quant/npu
+forms, print the NPU profile and, with ``--analyze``, the per-layer precision table."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from ..fileio import write_atomic
+from .common import (EXIT_OK, FRAMEWORKS, UsageError, check_model_path, detect_framework,
+                     existing, frontend, load_config, load_model, parse_device_info, say)
+
+FORMS = ("cal", "quant", "npu")
+ANALYZE_BATCHES = 2        # default batches of the per-layer precision table
+
+
+def add_parser(sub, parents) -> None:
+    p = sub.add_parser("build", parents=parents, help="calibrate one model and write its cal/quant/npu forms")
+    p.add_argument("config", metavar="CONFIG", help="config file (.json, .yaml, .toml)")
+    p.add_argument("--model", required=True, help="frozen GraphDef .pb, or MXNet checkpoint prefix")
+    p.add_argument("--framework", choices=FRAMEWORKS, help="default: from the model path")
+    p.add_argument("--data", help="calibration data: .npy (array or dict of arrays), .bin, or a tar of images")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.SUB=VALUE",
+                   help="override a config value (parsed as JSON when possible); repeatable")
+    p.add_argument("--forms", default=",".join(FORMS), help="forms to write (default: cal,quant,npu)")
+    p.add_argument("--device-info", help="JSON {device_id: cores}, e.g. '{\"0\": 2}'")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--analyze", action="store_true",
+                   help="print the per-layer precision table (float vs npu, or quant without npu)")
+    p.add_argument("--analyze-batches", type=int, default=ANALYZE_BATCHES, metavar="N",
+                   help=f"batches the analysis runs (default {ANALYZE_BATCHES})")
+    p.set_defaults(handler=build)
+
+
+def parse_forms(text: str) -> List[str]:
+    forms = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in forms if f not in FORMS]
+    if unknown or not forms:
+        raise UsageError(f"--forms takes a comma-separated subset of {','.join(FORMS)}, got {text!r}")
+    return [f for f in FORMS if f in forms]
+
+
+def build(args) -> int:
+    """Calibrate, write the requested forms, profile, analyze."""
+    forms = parse_forms(args.forms)
+    framework = detect_framework(args.model, args.framework)
+    check_model_path(args.model, framework)
+    if args.data is None and (forms != ["cal"] or args.analyze):
+        raise UsageError("--data is required to calibrate (only --forms cal can do without)")
+    if args.data is not None:
+        existing(args.data, "calibration data")
+    config = load_config(args.config, framework, args.set)
+    device_info = parse_device_info(args.device_info)
+    progress = not args.no_progress
+
+    say(f"loading {framework} model {args.model}")
+    conv = frontend(framework).converter(load_model(args.model, framework), config, device_info)
+    output_dir = Path(conv.config["output_dir"])
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if args.data is not None:
+        conv.calibrate(args.data, progress=progress)
+    models = {}
+    for form in forms:
+        say(f"making the {form} model")
+        models[form] = getattr(conv, f"to_{form}")()
+    for form, model in models.items():
+        for path in frontend(framework).model_io.save_model(model, output_dir / f"{conv.graph.name}_{form}"):
+            print(f"wrote {path}")
+    if "npu" in models:
+        from ..profile import model_engines, profile
+        if model_engines(models["npu"]):
+            p = profile(models["npu"], conv.config["input_shapes"][0][0] or 1, device_info)
+            print(f"NPU profile (batch {p.batch_size}): latency {p.latency_s * 1e3:.4f} ms, "
+                  f"throughput {p.throughput:,.0f} inferences/s")
+            print("\n".join("  " + p.engine_line(e) for e in p.engines))
+        else:
+            print("the compiled model has no NPU engine")
+    if args.analyze:
+        against = "npu" if "npu" in forms else "quant"
+        report = conv.analyze(args.data, against=against, max_batches=args.analyze_batches, progress=progress)
+        print(report.table())
+        path = output_dir / f"{conv.graph.name}_analysis_{against}.json"
+        write_atomic(path, report.to_json().encode())
+        print(f"wrote {path}")
+    return EXIT_OK
