@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ModelError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, registry
 from ..ir.evaluate import evaluate_node
 from ..npu.costmodel import layer_cycles
 from ..npu.device import target_device
@@ -35,10 +35,7 @@ TO_NHWC = (0, 2, 3, 1)   # NCHW -> NHWC
 TO_NCHW = (0, 3, 1, 2)   # NHWC -> NCHW
 NHWC_AXIS_OF_NCHW = (0, 3, 1, 2)   # NCHW axis k is NHWC axis NHWC_AXIS_OF_NCHW[k]
 
-TABLE_OPS = ("Sigmoid", "Tanh", "LeakyRelu", "Softplus", "Exp")
-RESHAPE_OPS = ("Reshape", "Squeeze", "Flatten")
-LOWERABLE_OPS = frozenset({"Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "MaxPool", "AvgPool", "Mean",
-                           "Transpose", "Pad", "Softmax", "Relu", "Relu6", *TABLE_OPS, *RESHAPE_OPS})
+LOWERABLE_OPS = registry.NPU_OPS   # which op lowers to which instructions: ratelnn/ir/registry.py
 FUSED_ACTS = ("none", "relu", "relu6", "leaky_relu", "prelu")
 
 
@@ -257,9 +254,10 @@ class _RegionLowering:
 
     # ---- ops
     def lower(self, node: Node) -> None:
-        if node.op in TABLE_OPS:
+        opcodes = registry.get(node.op).npu
+        if opcodes == ("LUT",):
             return self.table(node)
-        if node.op in RESHAPE_OPS:
+        if opcodes == ("RESHAPE",):
             return self.reshape(node)
         getattr(self, "op_" + node.op.lower())(node)
 
@@ -335,7 +333,8 @@ class _RegionLowering:
             ma, mb, shift = _pair_multipliers(float(qa.scale) / float(qy.scale), float(qb.scale) / float(qy.scale),
                                               qabs(qa.dtype), qabs(qb.dtype))
             mults = [ma, mb]
-        self.b.add(node.op.upper(), inputs, [out], consts=consts, name=node.name, multipliers=mults, shifts=[shift])
+        self.b.add(registry.get(node.op).npu[0], inputs, [out], consts=consts, name=node.name, multipliers=mults,
+                   shifts=[shift])
 
     op_add = op_sub = op_mul = _binary
 
@@ -363,8 +362,7 @@ class _RegionLowering:
             m, s = _divisor_multiplier(float(self.qp(x_t).scale) / float(self.qp(out_t).scale),
                                        kh * kw * qabs(self.qp(x_t).dtype), kh * kw)
             attrs.update(multipliers=[m], shifts=[s], count_include_pad=bool(a.get("count_include_pad", False)))
-        opcode = "AVG_POOL" if node.op == "AvgPool" else "MAX_POOL"
-        self.b.add(opcode, [x], [out], name=node.name, **attrs)
+        self.b.add(registry.get(node.op).npu[0], [x], [out], name=node.name, **attrs)
 
     op_maxpool = op_avgpool = _pool
 

@@ -12,7 +12,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import RatelError
-from . import arith
+from . import arith, registry
 from .graph import Graph, Node
 
 
@@ -180,7 +180,9 @@ def _unevaluable(node: Node, *inputs):
     raise EvaluationError(f"node {node.name!r}: op {node.op} cannot be run by the numpy evaluator")
 
 
-_UNARY: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+# the float definition of each IR op (ratelnn/ir/registry.py): elementwise ops take the input
+# arrays, the others the node and the input arrays
+_ELEMENTWISE: Dict[str, Callable[..., np.ndarray]] = {
     "Identity": lambda x: x,
     "MinMax": lambda x: x,
     "Relu": lambda x: np.maximum(x, np.float32(0)),
@@ -188,14 +190,12 @@ _UNARY: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
     "Tanh": np.tanh,
     "Softplus": lambda x: np.logaddexp(np.float32(0), x),
+    "Softsign": lambda x: x / (np.float32(1) + np.abs(x)),
     "Exp": np.exp,
     "Sqrt": np.sqrt,
     "Rsqrt": lambda x: np.float32(1) / np.sqrt(x),
     "Neg": np.negative,
     "Square": np.square,
-}
-
-_BINARY: Dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
     "Maximum": np.maximum, "Minimum": np.minimum,
 }
@@ -225,18 +225,15 @@ _OPS: Dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-
 def evaluate_node(node: Node, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     """Outputs of ``node`` for the given input values (one array per output)."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        if node.op in _UNARY:
-            out = _UNARY[node.op](inputs[0])
-        elif node.op in _BINARY:
-            out = _BINARY[node.op](inputs[0], inputs[1])
+        if node.op in _ELEMENTWISE:
+            out = _ELEMENTWISE[node.op](*inputs)
         elif node.op in _OPS:
             out = _OPS[node.op](node, *inputs)
         else:
-            raise EvaluationError(f"node {node.name!r}: unknown IR op {node.op!r}")
+            raise EvaluationError(f"node {node.name!r}: {registry.unknown_op_message(node.op)}")
     out = np.asarray(out)
     if out.dtype == np.float64:
         out = out.astype(np.float32)

@@ -28,36 +28,19 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ..config import QUANT_CFG_DEFAULTS, ConfigError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, registry
 
-QUANTIZED_OPS = frozenset({
-    "Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "AvgPool", "Mean", "MaxPool",
-    "Sigmoid", "Tanh", "Softmax", "LeakyRelu", "Relu", "Relu6", "Reshape", "Squeeze",
-    "Flatten", "Pad", "Transpose",
-})
-
-# Ops whose integer output is exactly the op applied to the integer input, at the input's
-# scale: they only move, drop or compare codes.  Pad joins them when it pads with 0.
-SCALE_PRESERVING_OPS = frozenset({"MaxPool", "Reshape", "Squeeze", "Flatten", "Transpose"})
+# Which ops are quantized, their operands and quant_cfg roles: ratelnn/ir/registry.py.
+QUANTIZED_OPS = registry.QUANTIZED_OPS
 
 # data_type values layer_configs may give a graph input (it is quantized where a quantized op
 # reads it, so it cannot stay float on its own).
 INPUT_DATA_TYPES = ("int8", "uint8", "int16")
 
-_WEIGHTED_OPS = frozenset({"Conv2D", "MatMul"})
-_BINARY_OPS = frozenset({"Add", "Sub", "Mul"})
-
-# quant_cfg roles (config.QUANT_CFG_DEFAULTS) of activation tensors, by op and position.
-_INPUT_ROLE = {"Conv2D": "conv_activations", "MatMul": "matmul_activations",
-               "AvgPool": "avgpool_input", "MaxPool": "maxpool_input", "Mean": "mean_input",
-               "Reshape": "reshape_input", "Flatten": "reshape_input"}
-_OUTPUT_ROLE = {"Conv2D": "conv_output", "MatMul": "matmul_output", "AvgPool": "avgpool_output",
-                "MaxPool": "maxpool_output", "Mean": "mean_output", "Reshape": "reshape_output",
-                "Flatten": "reshape_output"}
-# Output roles that name the int32 accumulator: per channel (``s_in * s_w[c]``) is what
-# per-channel weights give it; the requantized output activation stays per tensor.
-ACCUMULATOR_ROLES = frozenset({"conv_output", "matmul_output"})
-_WEIGHT_ROLE = {"Conv2D": "conv_weights", "MatMul": "matmul_weights"}
+# Output roles that name the int32 accumulator of the weighted ops: per channel
+# (``s_in * s_w[c]``) is what per-channel weights give it; the requantized output activation
+# stays per tensor.
+ACCUMULATOR_ROLES = frozenset(op.output_role for op in registry.OPS if op.form == registry.WEIGHTED)
 
 
 @dataclasses.dataclass
@@ -109,10 +92,11 @@ def quant_cfg_for(config: Mapping[str, Any], role: str) -> Dict[str, Any]:
 
 
 def is_scale_preserving(node: Node) -> bool:
-    """True for ops whose integer output is exactly computable at the input's scale."""
+    """True for ops whose integer output is exactly computable at the input's scale: they
+    only move, drop or compare codes; ``Pad`` joins them when it pads with 0."""
     if node.op == "Pad":
         return float(node.attrs.get("value", 0.0)) == 0.0
-    return node.op in SCALE_PRESERVING_OPS
+    return node.op in registry.BY_NAME and registry.BY_NAME[node.op].scale_preserving
 
 
 def activation_inputs(graph: Graph, node: Node) -> List[str]:
@@ -130,15 +114,13 @@ def _operands_quantizable(graph: Graph, node: Node) -> bool:
     acts = activation_inputs(graph, node)
     if len(node.outputs) != 1 or not acts or not all(_is_float32(graph, t) for t in acts + node.outputs):
         return False
-    if node.op in _WEIGHTED_OPS:
-        # x, param weight, optional param bias
+    form = registry.get(node.op).form
+    if form == registry.WEIGHTED:   # x, param weight, optional param bias
         return (len(node.inputs) in (2, 3) and acts == [node.inputs[0]]
                 and acts[0] not in node.inputs[1:])
-    if node.op in _BINARY_OPS:
+    if form == registry.BINARY:
         return len(node.inputs) == 2
-    if node.op == "Concat":
-        return True
-    return len(node.inputs) == 1
+    return form == registry.VARIADIC or len(node.inputs) == 1
 
 
 def _subgraph_nodes(graph: Graph, starts: List[str], ends: List[str]) -> Set[str]:
@@ -167,7 +149,7 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
 
     An entry matches by ``layer_name`` (node name or one of its output tensors, or a graph
     input: the input's own dtype, ``int8``/``uint8``/``int16`` only), by ``op_type`` (the IR
-    op name, docs/ir.md) or by a subgraph (``start_tensor_names`` / ``end_tensor_names``).
+    op name, docs/ir.md, or its TensorFlow, MXNet or ONNX spelling) or by a subgraph (``start_tensor_names`` / ``end_tensor_names``).
     Priority: layer name > op type > subgraph; among entries of the same kind the later one
     wins.  An entry that matches no node is reported with a warning (names can disappear in
     graph passes, e.g. a BatchNorm folded into its convolution).  Graph inputs appear in the
@@ -187,7 +169,7 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
             matched += graph_inputs
             kind = 2
         elif "op_type" in entry:
-            ops = _names(entry["op_type"])
+            ops = set().union(*(registry.ir_ops(name) for name in _names(entry["op_type"])))
             matched = [n.name for n in graph.nodes if n.op in ops]
             kind = 1
         elif "start_tensor_names" in entry or "end_tensor_names" in entry:
@@ -210,9 +192,8 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
 
 def _activation_role(node: Node, slot: Optional[int]) -> str:
     """quant_cfg role of ``node``'s input ``slot`` (None: its output)."""
-    if slot is None:
-        return _OUTPUT_ROLE.get(node.op, "activations")
-    return _INPUT_ROLE.get(node.op, "activations")
+    op = registry.get(node.op)
+    return op.output_role if slot is None else op.input_role
 
 
 def _role_bits(config: Mapping[str, Any], role: str) -> int:
@@ -250,7 +231,7 @@ def make_plan(graph: Graph, config: Mapping[str, Any]) -> QuantPlan:
         quantized.append(node.name)
         for slot, t in enumerate(node.inputs):
             if graph.is_param(t):
-                role = ("constant" if node.op not in _WEIGHTED_OPS
+                role = ("constant" if registry.get(node.op).form != registry.WEIGHTED
                         else "weight" if slot == 1 else "bias")
                 param_uses.append(ParamUse(node.name, slot, t, role))
                 continue

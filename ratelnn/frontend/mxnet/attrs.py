@@ -13,9 +13,10 @@ import base64
 import json
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ...ir import registry
+
 # IR quantization op <-> MXNet custom op
-CUSTOM_OPS = {"MinMax": "ratel_minmax", "Quant": "ratel_quant", "Dequant": "ratel_dequant",
-              "Engine": "ratel_engine_op"}
+CUSTOM_OPS = {op.name: op.mx[0] for op in registry.OPS if op.custom_op}
 IR_OF_CUSTOM_OP = {v: k for k, v in CUSTOM_OPS.items()}
 
 

@@ -6,8 +6,8 @@ outputs keep the user's node names; a fused Conv2D/MatMul expands into the layer
 activation, the last node named after the IR output tensor.  Params become variables
 (with ``__shape__`` so that ``Module.bind`` infers their shapes) and NDArrays; weights
 that are params go back to MXNet's layouts, weights computed in the graph (dequantized
-integer weights) get a ``transpose`` node.  To support a new IR op, add one function to
-``_EXPORTERS``.
+integer weights) get a ``transpose`` node.  An IR op without attributes is exported from its
+registry entry (ratelnn/ir/registry.py); one with attributes has its function in ``_EXPORTERS``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...errors import ModelError
-from ...ir import Graph, Node
+from ...ir import Graph, Node, registry
 from ...ir.naming import NameAllocator
 from ...mxnet_compat import import_mxnet
 from .attrs import CUSTOM_OPS, encode_custom_attrs, float_str, tuple_str
@@ -27,13 +27,6 @@ from .model import RATEL_DTYPE_ATTR
 _MX_DTYPES = {"float32": (0, "float32"), "float64": (1, "float64"), "float16": (2, "float16"),
               "uint8": (3, "uint8"), "int32": (4, "int32"), "int8": (5, "int8"), "int64": (6, "int64"),
               "int16": (4, "int32")}  # MXNet 1.9 NDArrays have no int16: carried as int32
-_ACT_TYPES = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Softplus": "softrelu"}
-_UNARY = {"Exp": "exp", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Neg": "negative", "Square": "square",
-          "Identity": "_copy"}
-# IR op -> (op for equal shapes, op for broadcasting)
-_BINARY = {"Add": ("elemwise_add", "broadcast_add"), "Sub": ("elemwise_sub", "broadcast_sub"),
-           "Mul": ("elemwise_mul", "broadcast_mul"), "Div": ("elemwise_div", "broadcast_div"),
-           "Maximum": ("_maximum", "broadcast_maximum"), "Minimum": ("_minimum", "broadcast_minimum")}
 
 Entry = List[int]  # [node index, output index, version]
 
@@ -222,7 +215,7 @@ def _full_extra(size: int, k: int, s: int, p: int) -> int:
 
 def _binary(ex: _Exporter, node: Node, out_name: str) -> None:
     a_shape, b_shape = (ex.shape(t) for t in node.inputs)
-    same, broadcast = _BINARY[node.op]
+    same, broadcast = registry.get(node.op).mx[:2]   # the ops for equal shapes, for broadcasting
     if tuple(a_shape) == tuple(b_shape):
         ex.add(out_name, same, [ex.entry(t) for t in node.inputs])
         return
@@ -290,6 +283,14 @@ def _custom(ex: _Exporter, node: Node, out_name: str) -> None:
     ex.add(out_name, CUSTOM_OPS[node.op], [ex.entry(t) for t in node.inputs], encode_custom_attrs(node.op, attrs))
 
 
+def _generic(op: registry.OpDef) -> Callable:
+    """One node of the op's MXNet spelling (ratelnn/ir/registry.py) with the same inputs."""
+    if op.form == registry.BINARY:
+        return _binary
+    return _one_input(op.mx[0], lambda ex, n: {"act_type": op.mx_act} if op.mx_act else {})
+
+
+# IR op -> exporter: the ops with attributes or operands to convert here, the others generic
 _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
     "Conv2D": _conv2d, "MatMul": _matmul, "MaxPool": _pool, "AvgPool": _pool, "BiasAdd": _bias_add,
     "Relu6": _one_input("clip", lambda ex, n: {"a_min": "0.0", "a_max": "6.0"}),
@@ -301,16 +302,12 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
     "Concat": lambda ex, n, o: ex.add(o, "Concat", [ex.entry(t) for t in n.inputs],
                                       {"dim": str(int(n.attrs["axis"])), "num_args": str(len(n.inputs))}),
     "Reshape": _one_input("Reshape", lambda ex, n: {"shape": tuple_str(n.attrs["shape"])}),
-    "Flatten": _one_input("Flatten"),
     "Transpose": _one_input("transpose", lambda ex, n: {"axes": tuple_str(n.attrs["perm"])}),
     "Squeeze": _one_input("squeeze", lambda ex, n: {"axis": tuple_str(n.attrs["axes"])}),
     "Pad": _pad, "BatchNorm": _batchnorm, "Opaque": _opaque, "PRelu": _standalone_prelu,
+    **{op: _custom for op in CUSTOM_OPS},
 }
-_EXPORTERS.update({op: _one_input("Activation", (lambda t: lambda ex, n: {"act_type": t})(act))
-                   for op, act in _ACT_TYPES.items()})
-_EXPORTERS.update({op: _one_input(mx_op) for op, mx_op in _UNARY.items()})
-_EXPORTERS.update({op: _binary for op in _BINARY})
-_EXPORTERS.update({op: _custom for op in CUSTOM_OPS})
+_EXPORTERS.update({op.name: _generic(op) for op in registry.OPS if op.mx and op.name not in _EXPORTERS})
 
 
 # ---------------------------------------------------------------- entry points

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...errors import ModelError
-from ...ir import Graph, Node, TensorInfo
+from ...ir import Graph, Node, TensorInfo, registry
 from ...mxnet_compat import import_mxnet
 from .attrs import (IR_OF_CUSTOM_OP, as_bool, as_float, as_int, as_tuple, decode_custom_attrs,
                     node_attrs)
@@ -28,22 +28,8 @@ Ref = Tuple[int, int]  # (node index, output index)
 
 # loss heads whose label input is dropped: inference only
 _LABEL_OPS = {"SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput"}
-_IDENTITY_OPS = {"Dropout", "_copy", "identity", "BlockGrad", "stop_gradient", "LinearRegressionOutput",
-                 "MAERegressionOutput"}
-_UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "sqrt": "Sqrt",
-          "rsqrt": "Rsqrt", "negative": "Neg", "square": "Square", "LogisticRegressionOutput": "Sigmoid"}
-_ACTIVATIONS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softrelu": "Softplus"}
-_BINARY = {
-    "elemwise_add": "Add", "broadcast_add": "Add", "broadcast_plus": "Add", "_plus": "Add", "_Plus": "Add",
-    "_add": "Add", "elemwise_sub": "Sub", "broadcast_sub": "Sub", "broadcast_minus": "Sub", "_minus": "Sub",
-    "_sub": "Sub", "elemwise_mul": "Mul", "broadcast_mul": "Mul", "_mul": "Mul", "elemwise_div": "Div",
-    "broadcast_div": "Div", "_div": "Div", "_maximum": "Maximum", "broadcast_maximum": "Maximum",
-    "_minimum": "Minimum", "broadcast_minimum": "Minimum",
-}
-# op -> (IR op, scalar is the first operand)
-_SCALAR = {"_plus_scalar": ("Add", False), "_minus_scalar": ("Sub", False), "_rminus_scalar": ("Sub", True),
-           "_mul_scalar": ("Mul", False), "_div_scalar": ("Div", False), "_rdiv_scalar": ("Div", True),
-           "_maximum_scalar": ("Maximum", False), "_minimum_scalar": ("Minimum", False)}
+# Activation act_type -> IR op
+_ACTIVATIONS = {op.mx_act: op.name for op in registry.OPS if op.mx_act}
 _OUTPUT_NAME = re.compile(r"^(.*)_output(\d*)$")
 
 
@@ -365,12 +351,16 @@ def _full_extra(size: int, k: int, s: int, p: int) -> int:
     return max((out - 1) * s + k - (size + 2 * p), 0)
 
 
-def _binary(imp: _Importer, n: _MXNode):
-    return [Node(n.name, _BINARY[n.op], n.inputs[:2], [n.name])]
+def _generic(op: registry.OpDef, mx_op: str) -> Translator:
+    """One IR node of ``op`` reading the same inputs; the ``_<op>_scalar`` forms (``_r<op>``:
+    the scalar first) read a new param holding the ``scalar`` attribute."""
+    if mx_op.endswith("_scalar"):
+        return lambda imp, n: _scalar(imp, n, op.name, mx_op.startswith("_r"))
+    arity = 2 if op.form == registry.BINARY else 1
+    return lambda imp, n: [Node(n.name, op.name, n.inputs[:arity], [n.name])]
 
 
-def _scalar(imp: _Importer, n: _MXNode):
-    op, scalar_first = _SCALAR[n.op]
+def _scalar(imp: _Importer, n: _MXNode, op: str, scalar_first: bool):
     scalar = imp.new_param(f"{n.name}/scalar", np.full((1,), as_float(n.attrs.get("scalar"), 0.0), np.float32))
     operands = [scalar, n.inputs[0]] if scalar_first else [n.inputs[0], scalar]
     return [Node(n.name, op, operands, [n.name])]
@@ -438,6 +428,12 @@ def _mean(imp: _Importer, n: _MXNode):
                  {"axes": tuple(sorted(a % rank for a in axes)), "keepdims": as_bool(n.attrs.get("keepdims"), False)})]
 
 
+def _squeeze(imp: _Importer, n: _MXNode):
+    rank, axes = len(imp.shape(n.inputs[0])), as_tuple(n.attrs.get("axis"))
+    return [Node(n.name, "Squeeze", n.inputs[:1], [n.name], {"axes": tuple(sorted(a % rank for a in axes))})] \
+        if axes else None
+
+
 def _transpose(imp: _Importer, n: _MXNode):
     rank = len(imp.shape(n.inputs[0]))
     perm = as_tuple(n.attrs.get("axes")) or tuple(reversed(range(rank)))
@@ -463,23 +459,18 @@ def _reshape_target(imp: _Importer, n: _MXNode) -> Tuple[int, ...]:
     return out
 
 
-_TRANSLATORS: Dict[str, Translator] = {
+# MXNet op -> translator: the ops with attributes or operands to convert here, the others
+# (one IR op, same inputs) from the registry
+_TRANSLATORS: Dict[str, Translator] = registry.frontend_table("mx", {
     "Convolution": _conv, "FullyConnected": _fully_connected, "BatchNorm": _batchnorm,
     "Activation": _activation, "LeakyReLU": _leaky_relu, "Pooling": _pooling, "Concat": _concat,
     "concat": _concat, "add_n": _add_n, "ElementWiseSum": _add_n, "clip": _clip,
-    "Flatten": lambda imp, n: [Node(n.name, "Flatten", n.inputs[:1], [n.name])],
     "Reshape": lambda imp, n: [Node(n.name, "Reshape", n.inputs[:1], [n.name], {"shape": _reshape_target(imp, n)})],
     "softmax": _softmax, "SoftmaxOutput": _softmax_output, "SoftmaxActivation": _softmax_activation,
-    "Pad": _pad, "mean": _mean, "transpose": _transpose,
-}
-_TRANSLATORS["flatten"] = _TRANSLATORS["Flatten"]
+    "Pad": _pad, "pad": _pad, "mean": _mean, "transpose": _transpose, "squeeze": _squeeze,
+    **{op: _custom for op in IR_OF_CUSTOM_OP},
+}, _generic)
 _TRANSLATORS["reshape"] = _TRANSLATORS["Reshape"]
-_TRANSLATORS["pad"] = _pad
-_TRANSLATORS.update({op: _binary for op in _BINARY})
-_TRANSLATORS.update({op: _scalar for op in _SCALAR})
-_TRANSLATORS.update({op: _custom for op in IR_OF_CUSTOM_OP})
-_TRANSLATORS.update({op: (lambda ir_op: lambda imp, n: [Node(n.name, ir_op, n.inputs[:1], [n.name])])(ir_op)
-                     for op, ir_op in {**_UNARY, **{o: "Identity" for o in _IDENTITY_OPS}}.items()})
 
 
 def _translate(imp: _Importer, index: int, used: Dict[int, int]) -> None:

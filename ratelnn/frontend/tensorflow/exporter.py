@@ -3,8 +3,9 @@
 NodeDefs are written directly.  Every IR tensor keeps its name as the TF tensor
 reference (an IR tensor ``x`` is TF ``x:0``), so graph inputs and outputs keep the
 user's names.  A fused Conv2D/MatMul expands into conv, BiasAdd and activation nodes,
-the last one named after the IR output tensor.  To support a new IR op, add one
-function to ``_EXPORTERS``.
+the last one named after the IR output tensor.  An IR op without attributes is exported from
+its registry entry (ratelnn/ir/registry.py); one with attributes has its function in
+``_EXPORTERS``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Callable, Dict, List, Sequence
 import numpy as np
 
 from ...errors import ModelError
-from ...ir import Graph, Node
+from ...ir import Graph, Node, registry
 from ...ir.naming import NameAllocator
 
 
@@ -347,6 +348,8 @@ def _engine(ex: _Exporter, node: Node, out_name: str) -> None:
            core_ids=[int(c) for c in node.attrs.get("core_ids", [0])], output_shapes=shapes)
 
 
+# IR op -> exporter: the ops with attributes or operands to convert here; the others are one
+# node of the op's TensorFlow spelling (ratelnn/ir/registry.py) with the same inputs
 _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
     "Conv2D": _conv2d, "MatMul": _matmul, "MaxPool": _pool, "AvgPool": _pool,
     "BiasAdd": lambda ex, n, o: ex.add(o, "BiasAdd", [ex.ref(t) for t in n.inputs], T=ex.dtype_of(n.inputs[0]),
@@ -363,10 +366,7 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
                                        squeeze_dims=list(n.attrs["axes"])),
     "Opaque": _opaque, "MinMax": _minmax, "Quant": _quant, "Dequant": _dequant, "Engine": _engine,
 }
-_EXPORTERS.update({op: _simple(op) for op in (
-    "Relu", "Relu6", "Sigmoid", "Tanh", "Softplus", "Exp", "Sqrt", "Rsqrt", "Neg", "Square",
-    "Sub", "Mul", "Maximum", "Minimum", "Identity")})
-_EXPORTERS.update({"Add": _simple("AddV2"), "Div": _simple("RealDiv")})
+_EXPORTERS.update({op.name: _simple(op.tf[0]) for op in registry.OPS if op.tf and op.name not in _EXPORTERS})
 
 
 # ---------------------------------------------------------------- entry point

@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ...errors import ModelError
-from ...ir import Graph, Node, TensorInfo
+from ...ir import Graph, Node, TensorInfo, registry
 
 # ops that only exist in graphs whose variables have not been turned into constants
 _VARIABLE_OPS = {
@@ -21,12 +21,8 @@ _VARIABLE_OPS = {
     "ResourceGatherNd", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
     "VarIsInitializedOp", "Assign", "AssignAdd", "AssignSub", "TemporaryVariable",
 }
-_IDENTITY_OPS = {"Identity", "StopGradient", "Snapshot", "PreventGradient"}
-_UNARY = {"Relu": "Relu", "Relu6": "Relu6", "Sigmoid": "Sigmoid", "Tanh": "Tanh",
-          "Softplus": "Softplus", "Rsqrt": "Rsqrt", "Sqrt": "Sqrt", "Square": "Square",
-          "Neg": "Neg", "Exp": "Exp"}
-_BINARY = {"Add": "Add", "AddV2": "Add", "Sub": "Sub", "Mul": "Mul", "RealDiv": "Div",
-           "Maximum": "Maximum", "Minimum": "Minimum"}
+# one-input pass-through ops (IdentityN has several)
+_IDENTITY_OPS = set(registry.get("Identity").tf) - {"IdentityN"}
 
 
 def tensor_name(ref: str) -> str:
@@ -430,7 +426,9 @@ def _scale_attrs(nd) -> dict:
     return {"scale": float(_attr(nd, "scale"))}
 
 
-_TRANSLATORS: Dict[str, Callable] = {
+# TF op type -> translator: the ops with attributes or operands to convert here, the others
+# (one IR op, same inputs) from the registry
+_TRANSLATORS: Dict[str, Callable] = registry.frontend_table("tf", {
     "Conv2D": _conv, "DepthwiseConv2dNative": _conv, "MatMul": _matmul,
     "BiasAdd": lambda imp, nd, i: Node(nd.name, "BiasAdd", i, [nd.name], {"layout": _layout(nd)}),
     "LeakyRelu": lambda imp, nd, i: Node(nd.name, "LeakyRelu", i, [nd.name], {"alpha": float(_attr(nd, "alpha"))}),
@@ -443,10 +441,7 @@ _TRANSLATORS: Dict[str, Callable] = {
         key: _attr(nd, key) for key in ("tensor_name", "output_dir", "record", "ema_decay") if key in nd.attr}),
     "RatelQuant": _quant, "RatelEngineOp": _engine,
     "RatelDequant": lambda imp, nd, i: Node(nd.name, "Dequant", i, [nd.name], _scale_attrs(nd)),
-}
-_TRANSLATORS.update({op: _identity for op in _IDENTITY_OPS})
-_TRANSLATORS.update({tf_op: (lambda ir_op: lambda imp, nd, i: Node(nd.name, ir_op, i, [nd.name]))(ir_op)
-                     for tf_op, ir_op in {**_UNARY, **_BINARY}.items()})
+}, lambda op, tf_op: lambda imp, nd, i: Node(nd.name, op.name, i, [nd.name]))
 
 
 # ---------------------------------------------------------------- entry point

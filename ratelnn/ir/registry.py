@@ -1,0 +1,231 @@
+"""The op registry: one entry per IR op (docs/ir.md), read by the importers, exporters,
+quantization policy, compiler, evaluator and docs/npu-supported-ops.md.
+
+An entry says how each framework spells the op, how the quantization policy treats it and
+how the NPU runs it.  Framework spellings: the importer reads every one of them, the exporter
+writes the first (a binary op's MXNet form with broadcasting is the second; an op with
+``mx_act`` is MXNet's ``Activation`` with that ``act_type``).  ONNX spellings only name op
+types in configs (``layer_configs`` ``op_type``, DESIGN §14).  Adding an op: see
+docs/adding-an-op.md.  ``python -m ratelnn.ir.registry --markdown`` prints the supported-op
+table of docs/npu-supported-ops.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Callable, Dict, FrozenSet, Mapping, Optional, Tuple, TypeVar
+
+from ..errors import RatelError
+
+# operand forms: what the op reads (the policy quantizes an op only in this form)
+UNARY, BINARY, VARIADIC, WEIGHTED, OTHER = "unary", "binary", "variadic", "weighted", "other"
+FRAMEWORKS = ("tf", "mx", "onnx")
+_FW_NAMES = {"tf": "TensorFlow", "mx": "MXNet", "onnx": "ONNX"}
+
+
+class UnknownOpError(RatelError, LookupError):
+    """A name that is not a registered IR op."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDef:
+    name: str                      # IR op name (docs/ir.md)
+    tf: Tuple[str, ...] = ()       # TensorFlow op types; tf[0] is written
+    mx: Tuple[str, ...] = ()       # MXNet ops; mx[0] is written (binary: mx[1] when broadcasting)
+    onnx: Tuple[str, ...] = ()     # ONNX op types, for configs
+    mx_act: Optional[str] = None   # the act_type when mx[0] is MXNet's Activation
+    form: str = UNARY              # operands: x | a, b | x1..xn | x, w, [b] | other
+    quantized: bool = False        # the quantization policy quantizes it (docs/quantization.md)
+    scale_preserving: bool = False  # integer output at the input's scale (shares its QParams)
+    input_role: str = "activations"   # quant_cfg roles (config.QUANT_CFG_DEFAULTS)
+    output_role: str = "activations"
+    weight_role: Optional[str] = None
+    npu: Tuple[str, ...] = ()      # engine opcodes (engine.proto) it lowers to; () stays float
+    cost: Optional[str] = None     # cost-model kind of its instructions (ratelnn.npu.costs)
+    npu_when: str = ""             # lowering conditions, for docs/npu-supported-ops.md
+    custom_op: bool = False        # a ratelnn custom operator (DESIGN §5)
+
+
+def _op(name: str, tf: str = "", mx: str = "", onnx: str = "", **kw) -> OpDef:
+    return OpDef(name, tuple(tf.split()), tuple(mx.split()), tuple(onnx.split()), **kw)
+
+
+def _lut(name: str, tf: str = "", mx: str = "", onnx: str = "", **kw) -> OpDef:
+    """A unary elementwise op the NPU runs as a lookup table built from the IR's float
+    definition (ratelnn.ir.evaluate)."""
+    return _op(name, tf, mx, onnx, npu=("LUT",), cost="lut", npu_when=_LUT_WHEN, **kw)
+
+
+_LUT_WHEN = "table from the IR's own float32 definition of the op (`make_lut`)"
+_Q = dict(quantized=True)
+_MOVE = dict(quantized=True, scale_preserving=True, cost="move")
+_BINARY_WHEN = ("two activations of the output's rank, or activation and constant (lower rank, or full rank "
+                "with dim 0 = 1); for `Sub` the constant must be the second operand")
+_POOL_WHEN = "`pads` < `ksize`"
+_RESHAPE_WHEN = "batch dimension unchanged"
+
+OPS: Tuple[OpDef, ...] = (
+    # ---- weighted layers
+    _op("Conv2D", "Conv2D DepthwiseConv2dNative", "Convolution", "Conv", form=WEIGHTED, **_Q,
+        input_role="conv_activations", output_role="conv_output", weight_role="conv_weights",
+        npu=("CONV2D",), cost="conv",
+        npu_when="incl. grouped, depthwise; weights and bias are params; `pads` smaller than the dilated kernel; "
+                 "fused `act`: `none`, `relu` (clamp at 0), `relu6` (clamp to `[0, round(6/S_y)]`), "
+                 "`leaky_relu` (scalar slope) and `prelu` (per-channel slopes), slopes of any sign "
+                 "(`M_neg/2^s_neg ≈ α·S_x·S_w/S_y`, `M_neg` signed)"),
+    _op("MatMul", "MatMul", "FullyConnected", "MatMul Gemm", form=WEIGHTED, **_Q,
+        input_role="matmul_activations", output_role="matmul_output", weight_role="matmul_weights",
+        npu=("FULLY_CONNECTED",), cost="fc",
+        npu_when="weights (and bias) are params; `transpose_a` false; x is `[N, K]`; `transpose_b` weights "
+                 "are transposed at compile time"),
+    _op("BiasAdd", "BiasAdd", form=BINARY),
+    _op("BatchNorm", "FusedBatchNormV3 FusedBatchNorm", "BatchNorm", "BatchNormalization", form=OTHER),
+    # ---- elementwise
+    _op("Add", "AddV2 Add", "elemwise_add broadcast_add broadcast_plus _plus _Plus _add _plus_scalar add_n "
+        "ElementWiseSum", "Add", form=BINARY, **_Q, npu=("ADD",), cost="eltwise", npu_when=_BINARY_WHEN),
+    _op("Sub", "Sub", "elemwise_sub broadcast_sub broadcast_minus _minus _sub _minus_scalar _rminus_scalar", "Sub",
+        form=BINARY, **_Q, npu=("SUB",), cost="eltwise", npu_when=_BINARY_WHEN),
+    _op("Mul", "Mul", "elemwise_mul broadcast_mul _mul _mul_scalar", "Mul", form=BINARY, **_Q,
+        npu=("MUL",), cost="eltwise", npu_when=_BINARY_WHEN),
+    _op("Div", "RealDiv", "elemwise_div broadcast_div _div _div_scalar _rdiv_scalar", "Div", form=BINARY),
+    _op("Maximum", "Maximum", "_maximum broadcast_maximum _maximum_scalar", "Max", form=BINARY),
+    _op("Minimum", "Minimum", "_minimum broadcast_minimum _minimum_scalar", "Min", form=BINARY),
+    _op("Relu", "Relu", "Activation relu", "Relu", mx_act="relu", **_Q, npu=("REQUANT",), cost="eltwise",
+        npu_when="clamp at 0"),
+    _op("Relu6", "Relu6", "clip", "Clip", **_Q, npu=("REQUANT",), cost="eltwise", npu_when="clamp to 6"),
+    _lut("Sigmoid", "Sigmoid", "Activation sigmoid LogisticRegressionOutput", "Sigmoid", mx_act="sigmoid", **_Q),
+    _lut("Tanh", "Tanh", "Activation tanh", "Tanh", mx_act="tanh", **_Q),
+    _lut("LeakyRelu", "LeakyRelu", "LeakyReLU", "LeakyRelu", **_Q),
+    _lut("Softsign", "Softsign", "Activation", "Softsign", mx_act="softsign", **_Q),
+    _lut("Softplus", "Softplus", "Activation", "Softplus", mx_act="softrelu"),
+    _lut("Exp", "Exp", "exp", "Exp"),
+    _op("PRelu", onnx="PRelu", form=BINARY),
+    _op("Sqrt", "Sqrt", "sqrt", "Sqrt"),
+    _op("Rsqrt", "Rsqrt", "rsqrt"),
+    _op("Neg", "Neg", "negative", "Neg"),
+    _op("Square", "Square", "square"),
+    # ---- windows, reductions, data movement
+    _op("Softmax", "Softmax", "softmax SoftmaxOutput SoftmaxActivation", "Softmax", **_Q, npu=("SOFTMAX",),
+        cost="softmax", npu_when="last axis only"),
+    _op("MaxPool", "MaxPool", "Pooling", "MaxPool GlobalMaxPool", **_Q, scale_preserving=True, cost="pool", input_role="maxpool_input",
+        output_role="maxpool_output", npu=("MAX_POOL",), npu_when=_POOL_WHEN),
+    _op("AvgPool", "AvgPool", "Pooling", "AveragePool", **_Q, input_role="avgpool_input",
+        output_role="avgpool_output", npu=("AVG_POOL",), cost="pool",
+        npu_when=_POOL_WHEN + "; `count_include_pad` either way"),
+    _op("Mean", "Mean", "mean", "ReduceMean GlobalAveragePool", **_Q, input_role="mean_input",
+        output_role="mean_output", npu=("MEAN",), cost="pool", npu_when="axes exclude the batch"),
+    _op("Concat", "ConcatV2", "Concat concat", "Concat", form=VARIADIC, **_Q, npu=("CONCAT",), cost="concat",
+        npu_when="all inputs are activations; not along the batch axis"),
+    _op("Reshape", "Reshape ExpandDims", "Reshape reshape", "Reshape", **_MOVE, input_role="reshape_input",
+        output_role="reshape_output", npu=("RESHAPE",), npu_when=_RESHAPE_WHEN),
+    _op("Squeeze", "Squeeze", "squeeze", "Squeeze", **_MOVE, npu=("RESHAPE",), npu_when=_RESHAPE_WHEN),
+    _op("Flatten", "", "Flatten flatten", "Flatten", **_MOVE, input_role="reshape_input",
+        output_role="reshape_output", npu=("RESHAPE",), npu_when=_RESHAPE_WHEN),
+    _op("Transpose", "Transpose", "transpose", "Transpose", **_MOVE, npu=("TRANSPOSE",),
+        npu_when="`perm[0] == 0`"),
+    _op("Pad", "PadV2 Pad", "Pad pad", "Pad", **_Q, npu=("PAD", "REQUANT"), cost="move",
+        npu_when="no padding of the batch axis; value 0: `PAD`; other values: `REQUANT` + `PAD` (the value's "
+                 "code at the output scale)"),
+    _op("Identity", "Identity StopGradient Snapshot PreventGradient IdentityN",
+        "_copy identity Dropout BlockGrad stop_gradient LinearRegressionOutput MAERegressionOutput",
+        "Identity Dropout"),
+    # ---- ratelnn's own ops and framework ops kept verbatim
+    _op("MinMax", "RatelMinMax", "ratel_minmax", custom_op=True),
+    _op("Quant", "RatelQuant", "ratel_quant", "QuantizeLinear", custom_op=True),
+    _op("Dequant", "RatelDequant", "ratel_dequant", "DequantizeLinear", custom_op=True),
+    _op("Engine", "RatelEngineOp", "ratel_engine_op", form=VARIADIC, custom_op=True),
+    _op("Opaque", form=VARIADIC),
+)
+
+BY_NAME: Dict[str, OpDef] = {op.name: op for op in OPS}
+QUANTIZED_OPS: FrozenSet[str] = frozenset(op.name for op in OPS if op.quantized)
+NPU_OPS: FrozenSet[str] = frozenset(op.name for op in OPS if op.npu)
+
+
+def _spellings(framework: str) -> Dict[str, Tuple[OpDef, ...]]:
+    """Spelling -> the ops it names in ``framework`` (``tf``, ``mx`` or ``onnx``)."""
+    out: Dict[str, Tuple[OpDef, ...]] = {}
+    for op in OPS:
+        for spelling in getattr(op, framework):
+            out[spelling] = out.get(spelling, ()) + (op,)
+    return out
+
+
+SPELLINGS: Dict[str, Dict[str, Tuple[OpDef, ...]]] = {fw: _spellings(fw) for fw in FRAMEWORKS}
+
+
+def get(name: str) -> OpDef:
+    """The entry of IR op ``name``; :class:`UnknownOpError` names close IR ops otherwise."""
+    op = BY_NAME.get(name)
+    if op is None:
+        raise UnknownOpError(unknown_op_message(name))
+    return op
+
+
+def unknown_op_message(name: str) -> str:
+    hints = [f"{_FW_NAMES[fw]} spelling of {', '.join(o.name for o in SPELLINGS[fw][name])}"
+             for fw in FRAMEWORKS if name in SPELLINGS[fw]]
+    close = difflib.get_close_matches(name, list(BY_NAME), n=5, cutoff=0.5)
+    return (f"unknown IR op {name!r}" + (f" (it is the {'; '.join(hints)})" if hints else "")
+            + (f"; close IR ops: {', '.join(close)}" if close else ""))
+
+
+def ir_ops(op_type: str) -> FrozenSet[str]:
+    """IR ops an ``op_type`` of a config names: an IR op name, or a TensorFlow, MXNet or
+    ONNX spelling (DESIGN §14); an unknown name names only itself."""
+    if op_type in BY_NAME:
+        return frozenset({op_type})
+    found = {op.name for fw in FRAMEWORKS for op in SPELLINGS[fw].get(op_type, ())}
+    return frozenset(found or {op_type})
+
+
+T = TypeVar("T")
+
+
+def frontend_table(framework: str, specific: Mapping[str, T], generic: Callable[[OpDef, str], T]) -> Dict[str, T]:
+    """A frontend's translation table: framework spelling -> ``specific[spelling]`` where the
+    translation is the frontend's own code, else ``generic(op, spelling)``.  Checks that every
+    ``specific`` key is a registered spelling and that a spelling of several ops has its own
+    translation."""
+    table = _spellings(framework)
+    stray = sorted(set(specific) - set(table))
+    if stray:
+        raise UnknownOpError(f"{framework} translations for unregistered spellings {stray} (ratelnn/ir/registry.py)")
+    shared = sorted(s for s, ops in table.items() if len(ops) > 1 and s not in specific)
+    if shared:
+        raise UnknownOpError(f"{framework} spellings {shared} name several IR ops and need their own translation")
+    return {s: specific[s] if s in specific else generic(ops[0], s) for s, ops in table.items()}
+
+
+# ---------------------------------------------------------------- docs/npu-supported-ops.md
+def markdown_table() -> str:
+    """The supported-op table of docs/npu-supported-ops.md: NPU ops the policy quantizes,
+    consecutive ops with the same cost class and conditions in one row."""
+    rows = []
+    for op in OPS:
+        if op.quantized and op.npu:
+            if rows and (rows[-1][0].cost, rows[-1][0].npu_when) == (op.cost, op.npu_when):
+                rows[-1].append(op)
+            else:
+                rows.append([op])
+    code = lambda names: ", ".join(f"`{n}`" for n in dict.fromkeys(names))  # noqa: E731
+    lines = ["| IR op | TensorFlow | MXNet | ONNX | instructions | cost class | conditions |",
+             "|---|---|---|---|---|---|---|"]
+    for ops in rows:
+        spell = [code(f"{s}(act_type={op.mx_act})" if s == "Activation" else s
+                      for op in ops for s in getattr(op, fw)) for fw in FRAMEWORKS]
+        lines.append(f"| {code(op.name for op in ops)} | {' | '.join(spell)} | "
+                     f"{code(c for op in ops for c in op.npu)} | {ops[0].cost} | {ops[0].npu_when} |")
+    float_only = code(op.name for op in OPS if op.npu and not op.quantized)
+    unsupported = code(op.name for op in OPS if not op.npu and not op.custom_op)
+    lines += ["", f"{float_only} have instructions but the quantization policy keeps them float, so they "
+              f"stay framework ops. Not supported (stay float): {unsupported}, `MatMul` of two activations, "
+              "per-channel activation quantization."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m ratelnn.ir.registry --markdown")
+    sys.stdout.write(markdown_table())
