@@ -20,6 +20,12 @@ CUSTOM_OPS = {op.name: op.mx[0] for op in registry.OPS if op.custom_op}
 IR_OF_CUSTOM_OP = {v: k for k, v in CUSTOM_OPS.items()}
 
 
+def full_extra(size: int, k: int, s: int, p: int) -> int:
+    """Cells MXNet's ``pooling_convention="full"`` (ceil mode) adds after the end pad."""
+    out = 1 + -(-(size + 2 * p - k) // s)
+    return max((out - 1) * s + k - (size + 2 * p), 0)
+
+
 # ---------------------------------------------------------------- MXNet attribute strings
 def node_attrs(node: Mapping[str, Any]) -> Dict[str, str]:
     """The attribute dict of a symbol-JSON node (``attrs``; ``attr``/``param`` in old files)."""

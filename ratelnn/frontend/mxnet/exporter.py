@@ -20,7 +20,7 @@ from ...errors import ModelError
 from ...ir import Graph, Node, registry
 from ...ir.naming import NameAllocator
 from ...mxnet_compat import import_mxnet
-from .attrs import CUSTOM_OPS, encode_custom_attrs, float_str, tuple_str
+from .attrs import CUSTOM_OPS, encode_custom_attrs, float_str, full_extra, tuple_str
 from .model import RATEL_DTYPE_ATTR
 
 # numpy dtype -> (MXNet dtype code of ``__dtype__``, dtype the NDArray is stored in)
@@ -193,7 +193,7 @@ def _pool(ex: _Exporter, node: Node, out_name: str) -> None:
     convention = "valid"
     if (top, left) != (bottom, right):
         size = ex.shape(node.inputs[0])[2:]
-        full = (top + _full_extra(size[0], ksize[0], strides[0], top), left + _full_extra(size[1], ksize[1], strides[1], left))
+        full = (top + full_extra(size[0], ksize[0], strides[0], top), left + full_extra(size[1], ksize[1], strides[1], left))
         if (bottom, right) == full and (is_max or not include_pad):
             convention = "full"  # MXNet ceil mode: the extra cells never count
         elif is_max or include_pad:
@@ -206,11 +206,6 @@ def _pool(ex: _Exporter, node: Node, out_name: str) -> None:
         "kernel": tuple_str(ksize), "stride": tuple_str(strides), "pad": tuple_str((top, left)),
         "pool_type": "max" if is_max else "avg", "pooling_convention": convention,
         "count_include_pad": str(include_pad), "layout": "NCHW"})
-
-
-def _full_extra(size: int, k: int, s: int, p: int) -> int:
-    out = 1 + -(-(size + 2 * p - k) // s)
-    return max((out - 1) * s + k - (size + 2 * p), 0)
 
 
 def _binary(ex: _Exporter, node: Node, out_name: str) -> None:

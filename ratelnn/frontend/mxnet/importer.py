@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -20,7 +19,7 @@ import numpy as np
 from ...errors import ModelError
 from ...ir import Graph, Node, TensorInfo, registry
 from ...mxnet_compat import import_mxnet
-from .attrs import (IR_OF_CUSTOM_OP, as_bool, as_float, as_int, as_tuple, decode_custom_attrs,
+from .attrs import (IR_OF_CUSTOM_OP, as_bool, as_float, as_int, as_tuple, decode_custom_attrs, full_extra,
                     node_attrs)
 from .model import RATEL_DTYPE_ATTR, MXModel, load_model
 
@@ -325,7 +324,7 @@ def _pooling(imp: _Importer, n: _MXNode):
     if len(kernel) != 2 or convention not in ("valid", "full"):
         return None
     stride, pad = as_tuple(a.get("stride"), (1, 1)), as_tuple(a.get("pad"), (0, 0))
-    extra = [_full_extra(size, k, s, p) if convention == "full" else 0
+    extra = [full_extra(size, k, s, p) if convention == "full" else 0
              for size, k, s, p in zip(shape[2:], kernel, stride, pad)]
     attrs = {"ksize": kernel, "strides": stride, "layout": "NCHW",
              "pads": (pad[0], pad[0] + extra[0], pad[1], pad[1] + extra[1])}
@@ -343,12 +342,6 @@ def _pooling(imp: _Importer, n: _MXNode):
         x = padded
     return nodes + [Node(n.name, "AvgPool", [x], [n.name],
                          {**attrs, "pads": (0, extra[0], 0, extra[1]), "count_include_pad": False})]
-
-
-def _full_extra(size: int, k: int, s: int, p: int) -> int:
-    """Cells MXNet's ``pooling_convention="full"`` (ceil mode) adds after the end pad."""
-    out = 1 + int(math.ceil((size + 2 * p - k) / s))
-    return max((out - 1) * s + k - (size + 2 * p), 0)
 
 
 def _generic(op: registry.OpDef, mx_op: str) -> Translator:
