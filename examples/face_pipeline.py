@@ -26,7 +26,7 @@ from typing import Dict, List
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ratelnn.apps import face  # noqa: E402
+import face  # noqa: E402  (examples/face.py, beside this script)
 
 
 @dataclasses.dataclass

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ratelnn.apps import face
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import face  # noqa: E402  (examples/face.py)
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "face_pipeline.py"
 

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "ratelnn"
 
 # Lowest first.  A module's layer is that of the longest prefix listed; an import may go to
-# the same layer or below.  `ratelnn.apps`, `ratelnn.testing`, the CLI and the package
+# the same layer or below.  `ratelnn.testing`, the CLI and the package
 # facades whose names the public contract fixes (ratelnn, ratelnn.frontend.tensorflow,
 # ratelnn.frontend.mxnet) are entry points: they may import everything, nothing imports them.
 LAYERS = [
@@ -26,7 +26,7 @@ LAYERS = [
     ("frontend", ["ratelnn.frontend"]),
     ("api", ["ratelnn.convert", "ratelnn.analysis", "ratelnn.profile", "ratelnn.ratelnn_runtime"]),
     ("joint", ["ratelnn.joint"]),
-    ("entry points", ["ratelnn.cli", "ratelnn.__main__", "ratelnn.apps", "ratelnn.testing"]),
+    ("entry points", ["ratelnn.cli", "ratelnn.__main__", "ratelnn.testing"]),
 ]
 FACADES = {"ratelnn", "ratelnn.frontend.tensorflow", "ratelnn.frontend.mxnet"}
 # Names kept for scripts written against earlier releases, forwarded lazily (PEP 562) to

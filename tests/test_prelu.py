@@ -8,6 +8,8 @@ MXNet.  The pretrained MTCNN R-Net (negative slopes included) compiles to a sing
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -322,7 +324,8 @@ def test_validator_rejects_a_negative_multiplier_out_of_range():
 def test_mtcnn_rnet_compiles_to_one_engine(tmp_path):
     """The pretrained R-Net (PReLU after every conv and its dense layer, slopes of both signs)."""
     pytest.importorskip("mtcnn")
-    from ratelnn.apps import face
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import face
     entry = next(e for e in face.model_entries() if e.name == "rnet")
     g = _tf_import(face.keras_model(entry), batch=8)
     fused = _fused_prelu_nodes(g)

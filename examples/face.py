@@ -101,7 +101,7 @@ class FrozenModel:
 def freeze_models(entries: Sequence[ModelEntry]) -> Dict[str, FrozenModel]:
     """Every entry frozen into a GraphDef with a dynamic batch dimension; the P-Net levels
     share one GraphDef with dynamic height and width (each config fixes its own)."""
-    from ..frontend.tensorflow import freeze_keras
+    from ratelnn.frontend.tensorflow import freeze_keras
     frozen, pnet = {}, None
     for entry in entries:
         if entry.name.startswith("pnet"):
@@ -120,7 +120,7 @@ class GraphRunner:
     number of samples, fed ``batch`` at a time (the last chunk zero-padded, padding dropped)."""
 
     def __init__(self, graph_defs: Mapping[str, object], frozen: Mapping[str, FrozenModel]) -> None:
-        from ..runners import TFRunner
+        from ratelnn.runners import TFRunner
         self.runners = {name: TFRunner(g) for name, g in graph_defs.items()}
         self.frozen = frozen
 
@@ -358,7 +358,7 @@ def compile_pipeline(frozen: Mapping[str, FrozenModel], samples: Mapping[str, np
     """Calibrate every model on its ``samples`` (statistics in ``output_dir/<model>``) and
     compile them jointly.  Returns ``(joint converter, {model name: compiled GraphDef})``."""
     import os
-    from ..frontend.tensorflow import joint_converter
+    from ratelnn.frontend.tensorflow import joint_converter
     names = list(frozen)
     configs = [frozen[n].config(os.path.join(output_dir, n), invocations[n]) for n in names]
     jc = joint_converter([frozen[n].graph_def for n in names], configs, device_info or {0: 4})
