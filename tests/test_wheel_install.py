@@ -14,8 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(command, **kwargs):
-    proc = subprocess.run(command, capture_output=True, text=True, **kwargs)
+# The child processes see neither this checkout (PYTHONPATH) nor a forced kernel path.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RATELNN_ISA")}
+
+
+def _run(command, env=None, **kwargs):
+    proc = subprocess.run(command, capture_output=True, text=True, env=env or CLEAN_ENV, **kwargs)
     assert proc.returncode == 0, f"$ {' '.join(map(str, command))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -41,7 +45,7 @@ def test_wheel_installs_into_an_empty_venv_and_runs_the_quickstart(tmp_path):
 
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RATELNN_ISA")}
+    env = dict(CLEAN_ENV)
     env["RATELNN_CACHE_DIR"] = str(tmp_path / "cache")  # nothing prebuilt: compile from _ops_src
     where = _run([python, "-c", "import ratelnn, ratelnn._build as b; print(ratelnn.__file__); print(b.OPS_DIR)"],
                  cwd=work, env=env).stdout.split()
