@@ -1,4 +1,4 @@
-"""Joint placement benchmark: scenarios x strategies (DESIGN §8, docs/joint.md).
+"""Joint placement benchmark: scenarios x strategies (docs/architecture.md §8, docs/joint.md).
 
 For each scenario: the chosen scheme (``plan``), the baselines and, where small enough, the
 exhaustive optimum; each simulated for 200 frames.  Writes its section of ``docs/benchmarks.md``.

@@ -1,6 +1,6 @@
 """ratelnn: bring trained FP32 TensorFlow and MXNet models onto an (emulated) NPU.
 
-See DESIGN.md §2 for the public API.  Heavy frameworks are imported lazily: importing
+See docs/architecture.md §2 for the public API.  Heavy frameworks are imported lazily: importing
 ratelnn itself loads neither TensorFlow nor MXNet.
 """
 from .config import QuantConfig

@@ -1,4 +1,4 @@
-"""Per-layer precision analysis: float model vs quantized or compiled model (DESIGN §10).
+"""Per-layer precision analysis: float model vs quantized or compiled model (docs/architecture.md §10).
 
 :func:`analyze` (``ConvertImpl.analyze``) runs, on the same batches,
 
@@ -182,7 +182,7 @@ class Report:
         return sorted(self.rows, key=lambda r: r.sqnr_drop_db, reverse=True)[:n]
 
     def layer_configs(self) -> List[Dict[str, str]]:
-        """``layer_configs`` entries applying the suggestions (config key of DESIGN §3)."""
+        """``layer_configs`` entries applying the suggestions (config key of docs/architecture.md §3)."""
         return [{"layer_name": s.layer, "data_type": s.data_type} for s in self.suggestions]
 
     def table(self) -> str:

@@ -1,4 +1,4 @@
-"""Converter configuration (DESIGN §3).
+"""Converter configuration (docs/architecture.md §3).
 
 :class:`QuantConfig` is a ``dict`` with the documented defaults filled in; a plain dict is
 accepted everywhere and normalised by :func:`normalize`.  Unknown keys are kept untouched
@@ -74,7 +74,7 @@ class ConfigError(RatelError, ValueError):
 
 
 class QuantConfig(dict):
-    """Configuration of a converter: a dict with defaults (DESIGN §3).
+    """Configuration of a converter: a dict with defaults (docs/architecture.md §3).
 
     ``QuantConfig("tensorflow")`` starts from the defaults; keys are then set like a dict.
     """

@@ -1,4 +1,4 @@
-"""ConvertImpl: the framework-neutral converter of one model (DESIGN §2).
+"""ConvertImpl: the framework-neutral converter of one model (docs/architecture.md §2).
 
 A frontend supplies a *model handler* (:class:`ratelnn.frontend.handler.ModelHandler`) that
 translates its framework's model to the IR and back; everything in between works on the IR.
@@ -24,7 +24,7 @@ def model_name(config: Mapping[str, Any]) -> str:
 
 
 class ConvertImpl:
-    """Converter of one model: ``to_cal``, ``to_quant``, ``to_npu`` (DESIGN §1, §2)."""
+    """Converter of one model: ``to_cal``, ``to_quant``, ``to_npu`` (docs/architecture.md §1, §2)."""
 
     def __init__(self, model_handler: ModelHandler, graph_def: Any, config: Mapping[str, Any],
                  device_info: Optional[Dict[int, Any]] = None) -> None:
@@ -63,7 +63,7 @@ class ConvertImpl:
         return self.handler.export_graph(emit_qdq(self.quantized_ir(), self.config))
 
     def to_npu(self, graph_quant: Any = None) -> Any:
-        """The compiled model (DESIGN §6): NPU-supported regions become engine ops.
+        """The compiled model (docs/architecture.md §6): NPU-supported regions become engine ops.
 
         ``graph_quant``: a quantized model made by ``to_quant`` to compile; None quantizes
         from the statistics in ``output_dir``."""

@@ -1,4 +1,4 @@
-"""Build, cache and load the custom-op libraries of ``ops/`` (DESIGN §2, §5).
+"""Build, cache and load the custom-op libraries of ``ops/`` (docs/architecture.md §2, §5).
 
 ``ops_library_path("tensorflow")`` compiles every ``ops/core/*.cc`` and
 ``ops/tensorflow/*.cc`` into one shared library with TensorFlow's compile and link flags

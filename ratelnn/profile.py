@@ -1,4 +1,4 @@
-"""Profiling compiled models (DESIGN §7): :func:`profile` predicts, with the NPU cost model,
+"""Profiling compiled models (docs/architecture.md §7): :func:`profile` predicts, with the NPU cost model,
 the device time of a compiled TensorFlow, MXNet or IR model: the latency of one batch, the
 throughput with all cores of the device and a per-engine, per-instruction breakdown
 (cycles, compute- or bandwidth-bound, weights resident or streamed).  Engines are read
@@ -52,7 +52,7 @@ def engine_layers(engine: Engine) -> list:
 def profile(graph_npu: Any, batch_size: int = 1, device_info: Optional[Mapping[Any, Any]] = None) -> Profile:
     """Predicted device time of the compiled model ``graph_npu`` (see :func:`model_engines`).
 
-    ``batch_size``: inferences per batch.  ``device_info`` (DESIGN §2): the device and cores
+    ``batch_size``: inferences per batch.  ``device_info`` (docs/architecture.md §2): the device and cores
     to run on; default all cores of the first engine's device.  Returns a
     :class:`~ratelnn.npu.costmodel.Profile`: ``latency_s`` (one batch through every engine in
     series, the lowest-latency split of each), ``throughput`` (inferences/s with all the

@@ -1,4 +1,4 @@
-"""Runtime queries about the emulated NPU devices (DESIGN §2, §7).
+"""Runtime queries about the emulated NPU devices (docs/architecture.md §2, §7).
 
 The devices come from ``RATELNN_DEVICES`` (cores per device, e.g. ``"4,4"``); by default one
 Hanguang-800-like device of 4 cores.

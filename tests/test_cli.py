@@ -1,4 +1,4 @@
-"""The ``ratelnn`` command line (DESIGN §10): build / run / inspect / joint driven through
+"""The ``ratelnn`` command line (docs/architecture.md §10): build / run / inspect / joint driven through
 ``ratelnn.cli.main`` in this process on tiny Keras models frozen to .pb (real TensorFlow
 sessions, engines on the emulated NPU), one MXNet checkpoint, one real ``python -m ratelnn``
 subprocess, and the exit codes and messages of bad input."""

@@ -1,4 +1,4 @@
-"""NPU cost model (DESIGN §7): roofline, monotonicity, split modes, fit to Hanguang 800, speed."""
+"""NPU cost model (docs/architecture.md §7): roofline, monotonicity, split modes, fit to Hanguang 800, speed."""
 import dataclasses
 import os
 import time

@@ -1,4 +1,4 @@
-"""Emulated device configuration (DESIGN §7) and ratelnn_runtime queries."""
+"""Emulated device configuration (docs/architecture.md §7) and ratelnn_runtime queries."""
 import pytest
 
 from ratelnn import ratelnn_runtime as rt

@@ -1,4 +1,4 @@
-"""RatelEngineOp in TensorFlow (DESIGN §5, issue 3): bit-exact with both executors at any
+"""RatelEngineOp in TensorFlow (docs/architecture.md §5, issue 3): bit-exact with both executors at any
 batch, input errors and bad engine bytes give an error status naming the engine, hostile
 engine bytes run in a bare TF process never crash or hang it, runs record their predicted
 device time, and depthwise convolutions survive the quantized-model round trip."""

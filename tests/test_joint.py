@@ -1,4 +1,4 @@
-"""Joint compilation scheme layer (DESIGN §8): placement search, simulator, baselines, JSON,
+"""Joint compilation scheme layer (docs/architecture.md §8): placement search, simulator, baselines, JSON,
 timeline, manual composition.  Models are cost-model layer lists: synthetic conv nets and, in
 one test, Keras architectures through ``layers_from_keras``."""
 import json

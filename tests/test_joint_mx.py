@@ -1,5 +1,5 @@
 """joint_converter on MXNet models: compiled symbols that run in MXNet with their engines
-placed by the scheme (DESIGN §8; the TF counterpart is tests/test_joint_tf.py)."""
+placed by the scheme (docs/architecture.md §8; the TF counterpart is tests/test_joint_tf.py)."""
 import json
 import os
 

@@ -1,5 +1,5 @@
 // What the framework glues (ops/tensorflow, ops/mxnet) share around running an engine
-// (DESIGN §7): the local emulated devices and the placement check made before an engine
+// (docs/architecture.md §7): the local emulated devices and the placement check made before an engine
 // runs, and the process-wide account of the device time engine runs would take.
 //
 // The account is read from Python (ratelnn/npu/profile.py) through the C entry points

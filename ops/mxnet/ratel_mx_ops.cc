@@ -1,5 +1,5 @@
 // MXNet 1.9 registration (lib_api.h) of ratel_minmax, ratel_quant, ratel_dequant and
-// ratel_engine_op (DESIGN §5, docs/mxnet.md). The arithmetic lives in ops/core (shared with
+// ratel_engine_op (docs/architecture.md §5, docs/mxnet.md). The arithmetic lives in ops/core (shared with
 // the TensorFlow glue); this file only parses the string attributes, checks types and
 // shapes, and maps MXNet tensors onto the core loops. ratel_engine_op checks its inputs with
 // the checks every engine caller shares (core/npu_io.h), checks its placement and records each

@@ -1,6 +1,6 @@
-// TensorFlow registration of RatelEngineOp (DESIGN §5): runs one compiled NPU engine
+// TensorFlow registration of RatelEngineOp (docs/architecture.md §5): runs one compiled NPU engine
 // (ratelnn/proto/engine.proto) on the emulated NPU's native executor (ops/core/npu_exec.h),
-// and keeps a process-wide account of the device time the runs would take (DESIGN §7;
+// and keeps a process-wide account of the device time the runs would take (docs/architecture.md §7;
 // the account and the placement check are shared with the MXNet op: ops/core/device_time.h).
 //
 // The engine bytes are decoded and validated once, when the kernel is constructed;

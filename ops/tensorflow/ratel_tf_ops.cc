@@ -1,4 +1,4 @@
-// TensorFlow registration of the calibration and quantization ops (DESIGN §5).
+// TensorFlow registration of the calibration and quantization ops (docs/architecture.md §5).
 // The arithmetic lives in ops/core (shared with the MXNet glue); this file only declares
 // the ops, validates attributes and shards the work over TF's CPU threadpool.
 #include <algorithm>

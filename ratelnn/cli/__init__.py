@@ -1,4 +1,4 @@
-"""The ``ratelnn`` command line (DESIGN §10, docs/cli.md): one module per command (build,
+"""The ``ratelnn`` command line (docs/architecture.md §10, docs/cli.md): one module per command (build,
 run, inspect, joint), :mod:`.common` for what they share, here the parser and :func:`main`.
 
 Exit codes: 0 ok, 2 usage or configuration errors (UsageError, ConfigError,

@@ -1,4 +1,4 @@
-"""The compiler: quantized IR -> engines -> compiled graph (DESIGN §6).
+"""The compiler: quantized IR -> engines -> compiled graph (docs/architecture.md §6).
 
 ``compile_graph(qgraph, config, device_info)`` (:mod:`.compile`), ``find_regions``
 (:mod:`.partition`), ``lower_region`` (:mod:`.lower`), ``run_compiled`` (:mod:`.run`).

@@ -1,4 +1,4 @@
-"""The compiler: quantized IR -> compiled IR with ``Engine`` nodes (DESIGN §6).
+"""The compiler: quantized IR -> compiled IR with ``Engine`` nodes (docs/architecture.md §6).
 
 :func:`compile_graph` partitions the quantized graph into maximal acyclic NPU regions
 (``ratelnn.compiler.partition.find_regions``), lowers each to an engine (:mod:`.lower`) and
@@ -178,7 +178,7 @@ class _Assembler:
 def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None) -> Graph:
     """The compiled graph of the quantized ``qgraph`` (made by ``quantize``).
 
-    ``device_info`` (DESIGN §2) picks the device and cores written into every engine
+    ``device_info`` (docs/architecture.md §2) picks the device and cores written into every engine
     (default: all cores of device 0).  With ``config["remove_input_quant"]`` the graph
     inputs take integer codes ``q = round(x / in_scale)`` and the scales are written to
     ``input_quant_nodes.txt`` in ``config["output_dir"]`` and in the working directory."""

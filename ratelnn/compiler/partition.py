@@ -1,4 +1,4 @@
-"""Partition a quantized IR graph into maximal NPU-supported regions (DESIGN §6).
+"""Partition a quantized IR graph into maximal NPU-supported regions (docs/architecture.md §6).
 
 A region is a set of supported nodes that becomes one engine.  Regions are grown by
 merging along edges between supported nodes, and also between supported siblings, as long

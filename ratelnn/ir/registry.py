@@ -5,7 +5,7 @@ An entry says how each framework spells the op, how the quantization policy trea
 how the NPU runs it.  Framework spellings: the importer reads every one of them, the exporter
 writes the first (a binary op's MXNet form with broadcasting is the second; an op with
 ``mx_act`` is MXNet's ``Activation`` with that ``act_type``).  ONNX spellings only name op
-types in configs (``layer_configs`` ``op_type``, DESIGN §14).  Adding an op: see
+types in configs (``layer_configs`` ``op_type``, docs/architecture.md §14).  Adding an op: see
 docs/adding-an-op.md.  ``python -m ratelnn.ir.registry --markdown`` prints the supported-op
 table of docs/npu-supported-ops.md.
 """
@@ -43,7 +43,7 @@ class OpDef:
     npu: Tuple[str, ...] = ()      # engine opcodes (engine.proto) it lowers to; () stays float
     cost: Optional[str] = None     # cost-model kind of its instructions (ratelnn.npu.costs)
     npu_when: str = ""             # lowering conditions, for docs/npu-supported-ops.md
-    custom_op: bool = False        # a ratelnn custom operator (DESIGN §5)
+    custom_op: bool = False        # a ratelnn custom operator (docs/architecture.md §5)
 
 
 def _op(name: str, tf: str = "", mx: str = "", onnx: str = "", **kw) -> OpDef:
@@ -172,7 +172,7 @@ def unknown_op_message(name: str) -> str:
 
 def ir_ops(op_type: str) -> FrozenSet[str]:
     """IR ops an ``op_type`` of a config names: an IR op name, or a TensorFlow, MXNet or
-    ONNX spelling (DESIGN §14); an unknown name names only itself."""
+    ONNX spelling (docs/architecture.md §14); an unknown name names only itself."""
     if op_type in BY_NAME:
         return frozenset({op_type})
     found = {op.name for fw in FRAMEWORKS for op in SPELLINGS[fw].get(op_type, ())}

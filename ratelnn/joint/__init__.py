@@ -1,5 +1,5 @@
 """Joint compilation of several models: execution scheme, placement search, simulator,
-baselines (DESIGN §8, docs/joint.md).
+baselines (docs/architecture.md §8, docs/joint.md).
 
 The joint converter turns each model's compiled engines into a :class:`ModelSpec` (one
 ``LayerCost`` per instruction) and calls :func:`plan`; this package never sees a framework.

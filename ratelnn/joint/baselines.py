@@ -1,4 +1,4 @@
-"""Simple placements a user would try by hand (DESIGN §8); :mod:`ratelnn.joint.planning`
+"""Simple placements a user would try by hand (docs/architecture.md §8); :mod:`ratelnn.joint.planning`
 seeds the search with them and compares its scheme against them.
 
 * ``serial_all_cores``: all models in one group on all cores of a device, one after the other,

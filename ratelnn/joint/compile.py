@@ -1,4 +1,4 @@
-"""Joint compilation of several converters' models (DESIGN §8).
+"""Joint compilation of several converters' models (docs/architecture.md §8).
 
 Each model is compiled on its own (``ratelnn.compiler.compile_graph``); the engines'
 instructions become the cost model's layers (``instruction_layer_cost``), :func:`plan`

@@ -1,5 +1,5 @@
 """JointConvertImpl: several models compiled together onto the cores of the emulated NPU
-(DESIGN §8), built on one :class:`ratelnn.convert.ConvertImpl` per model."""
+(docs/architecture.md §8), built on one :class:`ratelnn.convert.ConvertImpl` per model."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -12,7 +12,7 @@ from .compile import compile_jointly, distinct_model_names
 
 
 class JointConvertImpl:
-    """Joint compilation of several models onto the cores of the emulated NPU (DESIGN §8).
+    """Joint compilation of several models onto the cores of the emulated NPU (docs/architecture.md §8).
 
     Each config may carry ``invocations_per_frame`` (default 1) and ``model_name``; models
     without one, or whose derived names clash, get distinct names (``identity``,
@@ -48,7 +48,7 @@ class JointConvertImpl:
         return [c.handler.export_graph(g) for c, g in zip(self.converters, compiled)]
 
     def compare(self, frames: int = 200):
-        """Simulated results of the chosen scheme and of the baselines (DESIGN §8)."""
+        """Simulated results of the chosen scheme and of the baselines (docs/architecture.md §8)."""
         if self.scheme is None:
             raise RuntimeError("call to_npu() before compare(): there is no scheme yet")
         return compare(self.model_specs, self.device_info, frames=frames, chosen=self.scheme)

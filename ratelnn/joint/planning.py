@@ -1,4 +1,4 @@
-"""Choosing an execution scheme (DESIGN §8): :func:`plan` searches the placements of
+"""Choosing an execution scheme (docs/architecture.md §8): :func:`plan` searches the placements of
 :mod:`ratelnn.joint.search`, seeded with the simple placements of
 :mod:`ratelnn.joint.baselines`; :func:`compare` simulates the chosen scheme beside those
 baselines."""
@@ -19,7 +19,7 @@ from .simulator import SimulationResult, simulate
 
 def plan(models: Sequence[ModelSpec], device_info: Optional[Mapping] = None, method: str = "auto",
          time_budget_s: float = DEFAULT_TIME_BUDGET_S, params: cm.CostParams = cm.DEFAULT_PARAMS) -> Scheme:
-    """Choose an execution scheme for ``models`` on ``device_info`` (DESIGN §2 forms).
+    """Choose an execution scheme for ``models`` on ``device_info`` (docs/architecture.md §2 forms).
 
     ``method``: ``exhaustive`` (every grouping), ``heuristic`` (greedy + local search within
     ``time_budget_s``), ``auto`` (exhaustive when there are at most :data:`EXHAUSTIVE_LIMIT`

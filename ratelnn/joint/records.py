@@ -1,4 +1,4 @@
-"""The records an execution scheme is made of (DESIGN §8): stages, engine assignments, model
+"""The records an execution scheme is made of (docs/architecture.md §8): stages, engine assignments, model
 and device figures, and :class:`SchemeError`.  :mod:`ratelnn.joint.scheme` assembles them
 into a :class:`~ratelnn.joint.scheme.Scheme`; the simulator reads them.
 

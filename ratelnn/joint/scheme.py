@@ -1,4 +1,4 @@
-"""The execution scheme of a joint compilation (DESIGN §8).
+"""The execution scheme of a joint compilation (docs/architecture.md §8).
 
 A :class:`Scheme` says, for every engine of every model, which device and cores run it, how
 (one core, several cores cooperating, several models sharing cores), whether its weights stay

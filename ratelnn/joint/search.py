@@ -1,4 +1,4 @@
-"""Placement search for a joint compilation (DESIGN §8).
+"""Placement search for a joint compilation (docs/architecture.md §8).
 
 A placement partitions the models into *groups*; each group gets ``k`` cores of one device and
 its models run on those cores (each model with its own split mode over them; weights resident

@@ -1,4 +1,4 @@
-"""Discrete-event simulation of a device executing an execution scheme (DESIGN §8).
+"""Discrete-event simulation of a device executing an execution scheme (docs/architecture.md §8).
 
 It replays the scheme's per-layer work, not its frame estimate, and measures throughput and
 latency from event times:

@@ -1,4 +1,4 @@
-"""The emulated NPU: engine format, executors, device, cost model (DESIGN §6, §7)."""
+"""The emulated NPU: engine format, executors, device, cost model (docs/architecture.md §6, §7)."""
 from .engine import (Engine, EngineBuilder, EngineError, make_lut, make_softmax_table,
                      quantize_multiplier)
 from .native import ISA_PATHS, force_isa, native_isa, supported_isas

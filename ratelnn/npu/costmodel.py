@@ -1,4 +1,4 @@
-"""Analytic cost model of the emulated NPU (DESIGN §7, §8).
+"""Analytic cost model of the emulated NPU (docs/architecture.md §7, §8).
 
 Works on an abstract list of :class:`LayerCost` (one entry per fused layer / engine
 instruction), independent of the engine format.  Every number is per inference unless it
@@ -525,7 +525,7 @@ class EngineProfile:
 
 @dataclass
 class Profile:
-    """Predicted device time of a model (DESIGN §7): one batch latency, throughput with all
+    """Predicted device time of a model (docs/architecture.md §7): one batch latency, throughput with all
     cores (split chosen per engine), and per-engine / per-layer breakdowns."""
 
     batch_size: int

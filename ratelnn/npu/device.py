@@ -1,4 +1,4 @@
-"""The emulated NPU's devices and cores (DESIGN §7).
+"""The emulated NPU's devices and cores (docs/architecture.md §7).
 
 The default machine is one device modelled on Alibaba's Hanguang 800 (public figures):
 4 cores at 700 MHz, 48 MiB SRAM per core and no device DRAM, 825 TOPS int8 peak for the
@@ -141,7 +141,7 @@ def get_device(device_id: int) -> DeviceSpec:
 def target_device(device_id: int) -> DeviceSpec:
     """The spec of device ``device_id`` as a compilation target.
 
-    Compiling is ahead of time (DESIGN §2): a ``device_info`` may name devices this machine's
+    Compiling is ahead of time (docs/architecture.md §2): a ``device_info`` may name devices this machine's
     emulated runtime does not have.  A configured device is returned as configured; any other
     device is an HG800-like device (every emulated device has the same core spec)."""
     _check_device_id(device_id, "device id")
@@ -158,7 +158,7 @@ def _check_device_id(device_id: Any, where: str) -> int:
 
 
 def resolve_device_info(device_info: Optional[Mapping[Any, Any]]) -> Dict[int, List[int]]:
-    """Normalise a ``device_info`` (DESIGN §2) to ``{device_id: [core ids]}``.
+    """Normalise a ``device_info`` (docs/architecture.md §2) to ``{device_id: [core ids]}``.
 
     ``{}``/``None`` is the whole device 0 of the local configuration; ``{d: n}`` takes cores
     ``0..n-1`` of device ``d``; ``{d: [c, ...]}`` pins those cores.  An explicit

@@ -1,4 +1,4 @@
-"""The device time engine runs recorded (DESIGN §7): every run of a TensorFlow
+"""The device time engine runs recorded (docs/architecture.md §7): every run of a TensorFlow
 ``RatelEngineOp`` or an MXNet ``ratel_engine_op`` adds the cycles its instructions predict
 (the compiler's ``cycles`` of one core at the compiled batch, scaled to the run's batch; a
 batch-split engine is timed on its busiest core) under its ``engine_name``, one account per

@@ -1,4 +1,4 @@
-"""Engines: the compiled form of one NPU region (DESIGN §6, ratelnn/proto/engine.proto).
+"""Engines: the compiled form of one NPU region (docs/architecture.md §6, ratelnn/proto/engine.proto).
 
 - :class:`Engine` is a read-only Python view of engine bytes: ``Engine.from_bytes(b)``
   parses them with the protobuf runtime and validates them with the native validator

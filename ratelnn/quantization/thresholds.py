@@ -1,6 +1,6 @@
 """Calibration thresholds: statistics of one tensor -> the largest magnitude to represent.
 
-One function per ``quantize_algorithm`` (DESIGN §4, docs/quantization.md §3);
+One function per ``quantize_algorithm`` (docs/architecture.md §4, docs/quantization.md §3);
 :func:`threshold_for` picks it. A statistics object has the fields of
 ``ratelnn.calibration.stats.TensorStats``: ``min``, ``max`` (over all calibration data),
 ``ema_min``, ``ema_max`` (moving average of the per-batch extremes), ``batches``, ``count``

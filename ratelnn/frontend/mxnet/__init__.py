@@ -1,4 +1,4 @@
-"""MXNet frontend: symbol + params <-> IR and the converters (DESIGN §2, docs/mxnet.md).
+"""MXNet frontend: symbol + params <-> IR and the converters (docs/architecture.md §2, docs/mxnet.md).
 
 An MXNet model is a ``(symbol, arg_params, aux_params)`` tuple or a checkpoint prefix
 (``<prefix>-symbol.json`` + ``<prefix>-0000.params``); every converter method returns the

@@ -263,7 +263,7 @@ def _fully_connected(imp: _Importer, n: _MXNode):
     num_rows = int(np.prod(x_shape[:-1]))
     rows = imp.temp(f"{n.name}/rows", (num_rows, x_shape[-1]))
     dense = imp.temp(f"{n.name}/dense", (num_rows, n.out_shape[-1]))
-    # -1 rows: the symbol takes any batch (DESIGN §3), input_shapes only fix calibration's
+    # -1 rows: the symbol takes any batch (docs/architecture.md §3), input_shapes only fix calibration's
     return [Node(rows, "Reshape", [x], [rows], {"shape": (-1, x_shape[-1])}),
             Node(dense, "MatMul", [rows, w] + bias, [dense], attrs),
             Node(n.name, "Reshape", [dense], [n.name], {"shape": (-1, *n.out_shape[1:])})]

@@ -1,5 +1,5 @@
 """TensorFlow frontend: frozen GraphDef <-> IR, converters and freeze helpers
-(DESIGN §2, docs/tensorflow.md)."""
+(docs/architecture.md §2, docs/tensorflow.md)."""
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence

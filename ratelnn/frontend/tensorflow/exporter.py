@@ -338,7 +338,7 @@ def _dequant(ex: _Exporter, node: Node, out_name: str) -> None:
 
 
 def _engine(ex: _Exporter, node: Node, out_name: str) -> None:
-    """``RatelEngineOp`` (DESIGN §5); ``output_shapes`` gives TF shape inference the engine
+    """``RatelEngineOp`` (docs/architecture.md §5); ``output_shapes`` gives TF shape inference the engine
     output shapes with a free batch dimension (-1)."""
     shapes = [_shape_proto([-1, *ex.graph.shape(t)[1:]]) for t in node.outputs]
     ex.add(out_name, "RatelEngineOp", [ex.ref(t) for t in node.inputs],

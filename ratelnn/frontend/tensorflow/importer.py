@@ -465,7 +465,7 @@ def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequenc
 
     graph = Graph(name="tensorflow")
     # input_shapes fix the batch for calibration and compilation only: the exported graphs
-    # keep the original placeholders' free batch (DESIGN §3)
+    # keep the original placeholders' free batch (docs/architecture.md §3)
     graph.meta["free_batch_inputs"] = free_batch
     imp = _Importer(nodes, tf_graph, graph, inputs,
                     (lambda: _infer_shapes(graph_def, inputs, probe_shapes, nodes)) if free_batch else None)
