@@ -1,6 +1,6 @@
 """ratelnn's quantized and compiled MXNet models against MXNet's own int8 quantization.
 
-The Gluon Fashion-MNIST CNN of tests/test_mx_e2e.py (``ratelnn.testing.mx_fashion``; trained
+The Gluon Fashion-MNIST CNN of tests/api/test_mx_e2e.py (``ratelnn.testing.mx_fashion``; trained
 once and cached) is exported and run in five forms, all in MXNet 1.9.1 on the CPU:
 
 - FP32 MXNet: the exported symbol as is;
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ratelnn.npu.costmodel import Profile
 
 REPO = Path(__file__).resolve().parent.parent
-CALIBRATION_BATCHES, CALIBRATION_BATCH = 10, 32   # as in tests/test_mx_e2e.py
+CALIBRATION_BATCHES, CALIBRATION_BATCH = 10, 32   # as in tests/api/test_mx_e2e.py
 LATENCY_BATCHES = (1, 32)
 FORWARDS_PER_ROUND = {1: 20, 32: 4}   # forward passes timed together in one round
 WARMUP_FORWARDS = 5
@@ -201,7 +201,7 @@ def report(results: Dict[str, Measured], profiles: Dict[int, "Profile"], pool_co
         "",
         f"    {command}",
         "",
-        "Model: the Gluon Fashion-MNIST CNN of `tests/test_mx_e2e.py` "
+        "Model: the Gluon Fashion-MNIST CNN of `tests/api/test_mx_e2e.py` "
         "(`ratelnn.testing.mx_fashion`: conv+BN+ReLU, max pool, residual block, stride-2 conv, "
         "2x2 average pool in ceil mode, dense; 1 epoch of Adam), exported to a symbol + params. "
         f"Calibration for both quantizers: the first {CALIBRATION_BATCHES * CALIBRATION_BATCH} "

@@ -102,7 +102,7 @@ def set_isa(name: str) -> None:
 
 def wire_schema() -> str:
     """The engine.proto field numbers, kinds and enum ranges the native reader is written
-    against (ops/core/npu_format.h), as text lines (tests/test_wire_constants.py)."""
+    against (ops/core/npu_format.h), as text lines (tests/npu/test_wire_constants.py)."""
     return _load().ratel_npu_wire_schema().decode()
 
 

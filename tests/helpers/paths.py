@@ -1,0 +1,8 @@
+"""Paths of the checkout the tests run from."""
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+SCRIPTS = TESTS / "scripts"          # small programs the tests run in subprocesses
+BENCH = REPO / "bench"
+EXAMPLES = REPO / "examples"

@@ -1,0 +1,144 @@
+"""Portable native code: libraries built for the baseline, kernel paths chosen at run time
+(ops/core/isa.h), every path bit-exact, RATELNN_ISA forcing a path, and the op-library glue
+compiling for a Sapphire Rapids target (AVX512-FP16), whatever machine runs the tests."""
+import concurrent.futures
+import os
+import platform
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ratelnn import _build, oplib
+from ratelnn.npu import ISA_PATHS, EngineError, force_isa, native_isa, supported_isas
+from ratelnn.npu import native
+
+from helpers.engines import mixed_engine
+from helpers.paths import TESTS
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+
+@pytest.fixture(scope="module")
+def engine_and_input():
+    return mixed_engine()
+
+
+@pytest.mark.parametrize("path", ISA_PATHS)
+def test_every_kernel_path_matches_the_reference(path, engine_and_input):
+    """Each path this CPU has runs bit-exactly; a path it lacks is reported as not run."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
+    eng, x = engine_and_input
+    (ref,) = eng.run([x], backend="reference")
+    with force_isa(path):
+        assert native_isa() == path
+        for threads in (1, 2):
+            (got,) = eng.run([x], backend="native", num_threads=threads)
+            np.testing.assert_array_equal(got, ref)
+    assert np.unique(ref).size > 10  # the engine computes something non-trivial
+
+
+def test_best_path_is_the_default():
+    assert native_isa() == supported_isas()[-1]
+    assert supported_isas()[0] == "portable"
+    if X86:
+        assert "avx2" in supported_isas() or "avx2" not in _cpu_flags()
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(re.search(r"^flags\s*:(.*)$", f.read(), re.M).group(1).split())
+    except (OSError, AttributeError):
+        return set()
+
+
+def _python(code, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("path", ISA_PATHS)
+def test_environment_variable_forces_a_path(path):
+    code = "from ratelnn.npu import native_isa; print(native_isa())"
+    proc = _python(code, RATELNN_ISA=path)
+    if path in supported_isas():
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == path
+    else:  # a path the machine lacks is an error naming it, never a silent fallback
+        assert proc.returncode != 0
+        assert f"RATELNN_ISA={path}" in proc.stderr and "cannot run" in proc.stderr
+
+
+def test_unknown_path_in_the_environment_is_a_clear_error_when_an_engine_runs():
+    proc = _python(
+        f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+        "from helpers.engines import mixed_engine\n"
+        "from ratelnn.npu import EngineError\n"
+        "eng, x = mixed_engine()\n"
+        "try:\n    eng.run([x], backend='native')\nexcept EngineError as e:\n    print('EngineError:', e)\n",
+        RATELNN_ISA="sse9")
+    assert proc.returncode == 0, proc.stderr
+    assert "EngineError:" in proc.stdout and "RATELNN_ISA=sse9 names no kernel path" in proc.stdout
+    with pytest.raises(EngineError, match="unknown kernel path"):
+        native.set_isa("sse9")
+
+
+def _functions_with_wide_instructions(library):
+    """Names of the functions in ``library`` that contain a VEX/EVEX-encoded instruction."""
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(library)], capture_output=True,
+                         text=True, check=True).stdout
+    found, function = set(), None
+    for line in out.splitlines():
+        head = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if head:
+            function = head.group(1)
+            continue
+        ins = re.match(r"^\s+[0-9a-f]+:\s+(\S+)\s*(.*)$", line)
+        if ins and function and (ins.group(1).startswith("v") or "%ymm" in ins.group(2) or "%zmm" in ins.group(2)):
+            found.add(function)
+    return found
+
+
+@pytest.mark.skipif(not X86, reason="x86 instruction check")
+def test_wide_instructions_only_inside_the_run_time_paths():
+    """Outside the isa_avx2/isa_avx512 kernel namespaces the native library is baseline
+    x86-64 code, so it loads and runs on any x86-64 machine (no SIGILL on an older host)."""
+    wide = _functions_with_wide_instructions(native.library_path())
+    assert any("isa_avx512_vnni" in f for f in wide)  # the paths were compiled in
+    outside = sorted(f for f in wide if not re.search(r"\bisa_avx(2|512|512_vnni)\b", f))
+    assert outside == []
+
+
+def test_cache_key_depends_on_toolchain_not_on_cpu_features():
+    identity = _build.toolchain_identity(_build.compiler_command()[0])
+    assert platform.machine() in identity
+    assert not any(flag.startswith(("-march", "-mtune", "-mavx")) for flag in _build.COMPILE_FLAGS)
+
+
+def _syntax_check(command, source):
+    proc = subprocess.run([*command, "-march=sapphirerapids", "-fsyntax-only", source], capture_output=True,
+                          text=True)
+    return source, proc.returncode, proc.stderr
+
+
+@pytest.mark.skipif(not X86, reason="x86 target")
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_op_library_compiles_for_a_sapphire_rapids_target(framework):
+    """The exact flags of the build, with the compiler targeting Sapphire Rapids (AVX512-FP16,
+    AMX): TensorFlow's Eigen breaks under AVX512-FP16 unless the glue turns it off."""
+    if framework == "tensorflow":
+        flags, _ = oplib.tensorflow_build_flags()
+        sources = oplib.tensorflow_sources()
+    else:
+        flags, _ = oplib.mxnet_build_flags()
+        sources = [s for s in oplib.mxnet_sources() if "/ops/" in s]  # MXNet's own lib_api.cc aside
+    command = _build.compiler_command(flags)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda s: _syntax_check(command, s), sources))
+    failures = [(s, err[-2000:]) for s, rc, err in results if rc != 0]
+    assert failures == []

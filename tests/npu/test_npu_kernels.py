@@ -1,0 +1,165 @@
+"""Property tests aimed at the fast paths of the native NPU kernels (ops/core/npu_conv.cc,
+npu_kernels.h): channel counts around the 16-channel blocks and 8-lane vectors, 1x1 and
+FULLY_CONNECTED GEMMs with row tails and several pixel tiles, depthwise with multipliers,
+int16 activations with chunked (wide) accumulation, the scalar int16 x int16 path, and the
+chunked elementwise ops.  Native must equal the numpy reference bit for bit, with 1 and 2
+threads, on every kernel path the CPU supports (portable, AVX2, AVX-512, AVX-512 VNNI)."""
+import numpy as np
+from hypothesis import given, strategies as st
+
+from ratelnn.npu.engine import EngineBuilder, qabs, quantize_multiplier
+
+from helpers.engines import SETTINGS, assert_native_equals_reference, rand_codes, requant_consts, scale
+
+ACT = st.sampled_from(["int8", "uint8", "int16"])
+# around the vector widths: 1, 7, 8, 9, 15, 16, 17, 31, 32, 33
+CHANNELS = st.one_of(st.integers(1, 40), st.sampled_from([7, 8, 9, 15, 16, 17, 31, 32, 33]))
+
+
+def check(builder, inputs):
+    return assert_native_equals_reference(builder.build(), inputs, thread_counts=(1, 2))
+
+
+def conv_case(data, xdt, wdt, n, h, w, cin, cout, k, stride, dil, groups, relu=False, leaky=False):
+    cg = cin // groups
+    ext = dil * (k - 1) + 1
+    pads = tuple(data.draw(st.integers(0, ext - 1)) for _ in range(4))
+    h, w = max(h, ext), max(w, ext)
+    oh = (h + pads[0] + pads[1] - ext) // stride + 1
+    ow = (w + pads[2] + pads[3] - ext) // stride + 1
+    sx, sy = scale(data), scale(data, -6, 0)
+    sw = np.array([scale(data, -9, -5) for _ in range(cout)])
+    x = rand_codes(data, (n, h, w, cin), xdt)
+    wq = rand_codes(data, (k, k, cg, cout), wdt)
+    bias = rand_codes(data, (cout,), "int16").astype(np.int32)
+    ydt = data.draw(ACT)
+    b = EngineBuilder("conv", n)
+    tx, ty = b.tensor("x", x.shape, xdt, sx), b.tensor("y", (n, oh, ow, cout), ydt, sy)
+    consts = requant_consts(b, wq, xdt, sx * sw / sy, bias, 0.1 * sx * sw / sy if leaky else None)
+    b.add("CONV2D", [tx], [ty], consts, strides=(stride, stride), dilations=(dil, dil), pads=pads, groups=groups,
+          act_min=0 if relu else None)
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_gemm_conv_channel_tails(data):
+    """Regular and grouped convs, channels around the block sizes, 1x1 included."""
+    xdt = data.draw(ACT)
+    wdt = "int16" if xdt != "int16" and data.draw(st.booleans()) else "int8"
+    groups = data.draw(st.sampled_from([1, 1, 2]))
+    cin = groups * data.draw(CHANNELS)
+    cout = groups * data.draw(CHANNELS)
+    k = data.draw(st.sampled_from([1, 1, 2, 3]))
+    conv_case(data, xdt, wdt, data.draw(st.integers(1, 2)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9)),
+              cin, cout, k, data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)), groups,
+              relu=data.draw(st.booleans()), leaky=data.draw(st.booleans()))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_depthwise_multipliers(data):
+    xdt = data.draw(ACT)
+    wdt = "int16" if xdt != "int16" and data.draw(st.booleans()) else "int8"
+    cin, mult = data.draw(CHANNELS), data.draw(st.integers(1, 3))
+    conv_case(data, xdt, wdt, data.draw(st.integers(1, 2)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9)),
+              cin, cin * mult, data.draw(st.sampled_from([1, 2, 3, 5])), data.draw(st.integers(1, 2)),
+              data.draw(st.integers(1, 2)), cin, leaky=data.draw(st.booleans()))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_wide_and_scalar_convs(data):
+    """int16 activations with K > 511 (int32 chunks summed in int64) and int16 x int16
+    weights (the scalar path)."""
+    wdt = data.draw(st.sampled_from(["int8", "int16"]))
+    cin = data.draw(st.integers(57, 80)) if wdt == "int8" else data.draw(st.integers(1, 20))
+    conv_case(data, "int16", wdt, 1, data.draw(st.integers(3, 5)), data.draw(st.integers(3, 5)), cin,
+              data.draw(CHANNELS), 3, 1, 1, 1)
+
+
+def test_conv_spans_several_pixel_tiles():
+    """More pixels than one 48-pixel tile, rows not a multiple of the 6-row micro-tile."""
+    data_rng = np.random.default_rng(5)
+    n, h, w, cin, cout = 2, 13, 11, 19, 35
+    x = data_rng.integers(-128, 128, (n, h, w, cin)).astype(np.int8)
+    wq = data_rng.integers(-128, 128, (3, 3, cin, cout)).astype(np.int8)
+    bias = data_rng.integers(-3000, 3000, cout)
+    b = EngineBuilder("tiles", n)
+    tx, ty = b.tensor("x", x.shape, "int8", 0.02), b.tensor("y", (n, h, w, cout), "int8", 0.1)
+    b.add("CONV2D", [tx], [ty], requant_consts(b, wq, "int8", np.full(cout, 0.02 * 0.01 / 0.1), bias),
+          strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 1), groups=1)
+    b.set_io([tx], [ty])
+    (y,) = check(b, [x])
+    assert len(np.unique(y)) > 20  # not saturated: the comparison means something
+
+
+@SETTINGS
+@given(data=st.data())
+def test_fully_connected_rows_and_blocks(data):
+    xdt = data.draw(ACT)
+    n, k, m = data.draw(st.integers(1, 60)), data.draw(st.integers(1, 300)), data.draw(CHANNELS)
+    sx, sy = scale(data), scale(data, -6, 0)
+    sw = np.array([scale(data, -9, -5) for _ in range(m)])
+    x, wq = rand_codes(data, (n, k), xdt), rand_codes(data, (k, m), "int8")
+    bias = rand_codes(data, (m,), "int16").astype(np.int32)
+    b = EngineBuilder("fc", n)
+    tx, ty = b.tensor("x", x.shape, xdt, sx), b.tensor("y", (n, m), data.draw(ACT), sy)
+    b.add("FULLY_CONNECTED", [tx], [ty], requant_consts(b, wq, xdt, sx * sw / sy, bias))
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
+@SETTINGS
+@given(data=st.data(), op=st.sampled_from(["ADD", "SUB", "MUL"]))
+def test_chunked_elementwise(data, op):
+    """Same-shape and per-channel constant operands longer than one 2048-element chunk."""
+    adt, bdt, ydt = data.draw(ACT), data.draw(ACT), data.draw(ACT)
+    shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 40)), data.draw(st.integers(1, 70)),
+             data.draw(CHANNELS))
+    per_channel = data.draw(st.booleans())
+    sa, sb, sy = scale(data), scale(data), scale(data, -7, 0)
+    a = rand_codes(data, shape, adt)
+    bb = rand_codes(data, shape[-1:] if per_channel else shape, "int8" if per_channel else bdt)
+    b = EngineBuilder("elementwise", shape[0])
+    ta, ty = b.tensor("a", shape, adt, sa), b.tensor("y", shape, ydt, sy)
+    if op == "MUL":
+        m, s = quantize_multiplier(sa * sb / sy, qabs(adt) * qabs(bb.dtype))
+        attrs = dict(multipliers=[m], shifts=[s])
+    else:
+        s = 30
+        attrs = dict(multipliers=[int(min(sa / sy * 2 ** s, 2 ** 31 - 1)), int(min(sb / sy * 2 ** s, 2 ** 31 - 1))],
+                     shifts=[s])
+    if per_channel:
+        b.add(op, [ta], [ty], [b.const("b", bb)], **attrs)
+        b.set_io([ta], [ty])
+        check(b, [a])
+    else:
+        tb = b.tensor("b", shape, bdt, sb)
+        b.add(op, [ta, tb], [ty], **attrs)
+        b.set_io([ta, tb], [ty])
+        check(b, [a, bb])
+
+
+@SETTINGS
+@given(data=st.data(), is_max=st.booleans())
+def test_pools_and_mean_wide_channels(data, is_max):
+    xdt = data.draw(ACT)
+    ydt = xdt if is_max else data.draw(ACT)
+    n, h, w, c = data.draw(st.integers(1, 2)), data.draw(st.integers(3, 12)), data.draw(st.integers(3, 12)), data.draw(CHANNELS)
+    sx, sy = scale(data), scale(data)
+    x = rand_codes(data, (n, h, w, c), xdt)
+    b = EngineBuilder("pool", n)
+    tx, ty = b.tensor("x", x.shape, xdt, sx), b.tensor("y", (n, (h - 1) // 2 + 1, (w - 1) // 2 + 1, c), ydt, sy)
+    attrs = dict(ksize=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
+    if not is_max:
+        m, s = quantize_multiplier(sx / sy, 9 * qabs(xdt))
+        attrs.update(multipliers=[m], shifts=[s], count_include_pad=data.draw(st.booleans()))
+    b.add("MAX_POOL" if is_max else "AVG_POOL", [tx], [ty], **attrs)
+    tm = b.tensor("m", (n, c), data.draw(ACT), sy)
+    m, s = quantize_multiplier(sx / sy, h * w * qabs(xdt))
+    s = min(s, 62 - (h * w).bit_length())
+    b.add("MEAN", [tx], [tm], axes=(1, 2), multipliers=[int(np.floor(sx / sy * 2 ** s + 0.5))], shifts=[s])
+    b.set_io([tx], [ty, tm])
+    check(b, [x])

@@ -1,0 +1,195 @@
+"""The package's layers import only downward, with no cycles and no private names across
+packages (docs/architecture.md, "Layers").  Read from the source with ``ast``: every
+``import``/``from ... import`` (at module level or inside functions) and every
+``importlib.import_module("ratelnn...")`` literal counts."""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from helpers.paths import REPO
+
+ROOT = REPO / "ratelnn"
+
+# Lowest first.  A module's layer is that of the longest prefix listed; an import may go to
+# the same layer or below.  `ratelnn.testing`, the CLI and the package
+# facades whose names the public contract fixes (ratelnn, ratelnn.frontend.tensorflow,
+# ratelnn.frontend.mxnet) are entry points: they may import everything, nothing imports them.
+LAYERS = [
+    ("base", ["ratelnn.errors", "ratelnn.config", "ratelnn.fileio", "ratelnn._build", "ratelnn.mxnet_compat",
+              "ratelnn.proto", "ratelnn.oplib", "ratelnn.runners", "ratelnn.datasets"]),
+    ("ir", ["ratelnn.ir"]),
+    ("calibration, quantization", ["ratelnn.calibration", "ratelnn.quantization"]),
+    ("npu", ["ratelnn.npu"]),
+    ("compiler", ["ratelnn.compiler"]),
+    ("frontend", ["ratelnn.frontend"]),
+    ("api", ["ratelnn.convert", "ratelnn.analysis", "ratelnn.profile", "ratelnn.ratelnn_runtime"]),
+    ("joint", ["ratelnn.joint"]),
+    ("entry points", ["ratelnn.cli", "ratelnn.__main__", "ratelnn.testing"]),
+]
+FACADES = {"ratelnn", "ratelnn.frontend.tensorflow", "ratelnn.frontend.mxnet"}
+# Names kept for scripts written against earlier releases, forwarded lazily (PEP 562) to
+# where the code lives now; (importer, target) pairs exempt from the direction rule.
+COMPATIBILITY = {("ratelnn.npu", "ratelnn.profile")}  # ratelnn.npu.profile(), the 0.1 name
+ENTRY = len(LAYERS) - 1
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def layer_of(module: str) -> int:
+    if module in FACADES:
+        return ENTRY
+    best, best_len = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    assert best is not None, f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)"
+    return best
+
+
+def unit_of(module: str) -> str:
+    """The package-level unit: ratelnn.<first part> (a subpackage or a top-level module)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def resolve(importer: str, is_package: bool, level: int, target: str | None) -> str:
+    if level == 0:
+        return target or ""
+    base = importer.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def imports_of(module: str, path: Path):
+    """``(target module, imported names, line)`` for every ratelnn import in ``module``."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names if a.name.startswith("ratelnn")]
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(module, is_package, node.level, node.module)
+            if not base.startswith("ratelnn"):
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append((sub, [], node.lineno) if sub in MODULES else (base, [alias.name], node.lineno))
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("ratelnn")):
+            found.append((node.args[0].value, [], node.lineno))
+    return found
+
+
+def private_attribute_uses(module: str, path: Path):
+    """``module._name`` reads where ``module`` is a ratelnn module of another unit."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = {}
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = resolve(module, is_package, node.level, node.module)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in MODULES:
+                    aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in MODULES and alias.asname:
+                    aliases[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            target = aliases[node.value.id]
+            if unit_of(target) != unit_of(module):
+                yield f"{module} reads {target}.{node.attr}"
+
+
+EDGES = {m: imports_of(m, p) for m, p in MODULES.items()}
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_imports_only_run_downward():
+    upward = []
+    for module, found in EDGES.items():
+        for target, _, line in found:
+            if target in MODULES and (module, target) not in COMPATIBILITY:
+                if layer_of(target) > layer_of(module):
+                    upward.append(f"{module}:{line} imports {target} "
+                                  f"({LAYERS[layer_of(module)][0]} -> {LAYERS[layer_of(target)][0]})")
+    assert upward == []
+
+
+def test_no_private_names_across_packages():
+    private = []
+    for module, found in EDGES.items():
+        for target, names, line in found:
+            if unit_of(target) != unit_of(module):
+                private += [f"{module}:{line} imports {target}.{n}" for n in names if n.startswith("_")]
+        private += list(private_attribute_uses(module, MODULES[module]))
+    assert private == []
+
+
+def _cycles(graph):
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on_stack, result, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                result.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return result
+
+
+@pytest.mark.parametrize("level", ["package", "module"])
+def test_no_import_cycles(level):
+    graph = defaultdict(set)
+    for module, found in EDGES.items():
+        if module in FACADES:  # entry points: they import everything and nothing imports them
+            continue
+        for target, _, _ in found:
+            if target not in MODULES or (module, target) in COMPATIBILITY:
+                continue
+            a, b = (unit_of(module), unit_of(target)) if level == "package" else (module, target)
+            if a != b and not (level == "module" and b == module.rsplit(".", 1)[0]):
+                graph[a].add(b)
+    assert _cycles(graph) == []

@@ -1,0 +1,59 @@
+"""ratelnn installs like a package: a wheel built from this checkout carries the C++ sources
+(ratelnn/_ops_src) and the engine schema; installed into an empty virtual environment (its
+dependencies from the package index), it builds its op libraries from those sources into a
+fresh cache and runs the quickstart from a directory outside the checkout."""
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+
+import pytest
+
+from helpers.paths import REPO
+
+ROOT = REPO
+
+
+# The child processes see neither this checkout (PYTHONPATH) nor a forced kernel path.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RATELNN_ISA")}
+
+
+def _run(command, env=None, **kwargs):
+    proc = subprocess.run(command, capture_output=True, text=True, env=env or CLEAN_ENV, **kwargs)
+    assert proc.returncode == 0, f"$ {' '.join(map(str, command))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.mark.timeout(1500)
+def test_wheel_installs_into_an_empty_venv_and_runs_the_quickstart(tmp_path):
+    wheels = tmp_path / "wheels"
+    _run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
+          "-w", str(wheels)], cwd=tmp_path)
+    (wheel,) = wheels.glob("ratelnn-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {n for n in names if n.startswith("ratelnn/_ops_src/")}
+    expected = {f"ratelnn/_ops_src/{p.relative_to(ROOT / 'ops').as_posix()}"
+                for p in (ROOT / "ops").rglob("*") if p.suffix in (".cc", ".h", ".inc")}
+    assert expected and expected <= shipped
+    assert "ratelnn/proto/engine.proto" in names
+    assert not any(n.endswith((".so", ".o")) for n in names)
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)  # empty: no system site-packages
+    python = env_dir / "bin" / "python"
+    _run([python, "-m", "pip", "install", "-q", str(wheel)], cwd=tmp_path)
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = dict(CLEAN_ENV)
+    env["RATELNN_CACHE_DIR"] = str(tmp_path / "cache")  # nothing prebuilt: compile from _ops_src
+    where = _run([python, "-c", "import ratelnn, ratelnn._build as b; print(ratelnn.__file__); print(b.OPS_DIR)"],
+                 cwd=work, env=env).stdout.split()
+    assert where[0].startswith(str(env_dir)) and where[1].endswith("_ops_src")
+    proc = _run([python, str(ROOT / "examples" / "quickstart.py")], cwd=work, env=env, timeout=1200)
+    accuracy = {line.split()[0]: float(line.split()[1].rstrip("%")) for line in proc.stdout.splitlines()
+                if line.strip().startswith(("FP32", "INT8", "NPU "))}
+    assert set(accuracy) == {"FP32", "INT8", "NPU"}
+    assert accuracy["NPU"] >= accuracy["FP32"] - 1.0
+    assert list((tmp_path / "cache").glob("libratelnn_tf-*.so"))
