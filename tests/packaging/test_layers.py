@@ -193,3 +193,16 @@ def test_no_import_cycles(level):
             if a != b and not (level == "module" and b == module.rsplit(".", 1)[0]):
                 graph[a].add(b)
     assert _cycles(graph) == []
+
+
+def test_test_modules_share_code_only_through_helpers():
+    """tests/<layer>/test_*.py import shared code from tests/helpers, never from each other."""
+    tests_dir = ROOT.parent / "tests"
+    names = {p.stem for p in tests_dir.rglob("test_*.py")}
+    offenders = []
+    for path in tests_dir.rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            offenders += [f"{path.relative_to(tests_dir)} imports {m}" for m in modules if m.split(".")[0] in names]
+    assert offenders == []
