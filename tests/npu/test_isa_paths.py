@@ -43,7 +43,9 @@ def test_every_kernel_path_matches_the_reference(path, engine_and_input):
 
 
 def test_best_path_is_the_default():
-    assert native_isa() == supported_isas()[-1]
+    """The best supported path runs unless RATELNN_ISA forces one (as when the suite is run
+    once per path to emulate an older CPU)."""
+    assert native_isa() == (os.environ.get("RATELNN_ISA") or supported_isas()[-1])
     assert supported_isas()[0] == "portable"
     if X86:
         assert "avx2" in supported_isas() or "avx2" not in _cpu_flags()
