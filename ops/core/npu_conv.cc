@@ -3,6 +3,7 @@
 // instruction-set path and chosen at run time by active_isa() (core/isa.h).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/isa.h"
@@ -11,6 +12,8 @@
 
 #if RATELNN_X86_PATHS
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>  // the portable path's pmaddwd (x86-64 baseline) on other compilers
 #endif
 
 namespace ratelnn {
@@ -86,6 +89,15 @@ namespace isa_avx512_vnni {
 
 }  // namespace
 
+bool quad_path_applies(DType x, DType w, bool wide) {
+#if RATELNN_X86_PATHS
+  return (x == DType::kInt8 || x == DType::kUInt8) && w == DType::kInt8 && !wide && isa_supported(Isa::kAvx512Vnni);
+#else
+  (void)x, (void)w, (void)wide;
+  return false;
+#endif
+}
+
 ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide) {
   if (x == DType::kInt16 && w == DType::kInt16) return ConvPath::kScalar;
   if (cg == 1 && groups > 1) return wide ? ConvPath::kScalar : ConvPath::kDepthwise;
@@ -95,6 +107,8 @@ ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide) {
 void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh, int64_t kw, int64_t cg,
                        int64_t cout, int64_t groups) {
   ins.packed_weights.clear();
+  ins.packed_quads.clear();
+  ins.quad_correction.clear();
   ConvPath path = conv_path(x, w.dtype, cg, groups, ins.wide_accumulator);
   std::vector<int16_t> packed;
   if (path == ConvPath::kGemm) {
@@ -108,6 +122,24 @@ void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh
           for (int64_t j = 0; j < kNR && nb * kNR + j < cout_g; ++j)
             packed[((grp * nblocks + nb) * pairs + k / 2) * 32 + j * 2 + (k & 1)] =
                 int16_t(w.at(k * cout + grp * cout_g + nb * kNR + j));
+    if (quad_path_applies(x, w.dtype, ins.wide_accumulator)) {
+      const int64_t quads = ceil_div(K, 4);
+      ins.packed_quads.assign(groups * nblocks * quads * 64, 0);
+      for (int64_t grp = 0; grp < groups; ++grp)
+        for (int64_t nb = 0; nb < nblocks; ++nb)
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t j = 0; j < kNR && nb * kNR + j < cout_g; ++j)
+              ins.packed_quads[((grp * nblocks + nb) * quads + k / 4) * 64 + j * 4 + (k & 3)] =
+                  int8_t(w.at(k * cout + grp * cout_g + nb * kNR + j));
+      if (x == DType::kInt8) {  // x enters as x + 128: subtract 128 * sum_k w[k][o]
+        ins.quad_correction.assign(cout, 0);
+        for (int64_t o = 0; o < cout; ++o) {
+          int64_t sum = 0;
+          for (int64_t k = 0; k < K; ++k) sum += w.at(k * cout + o);
+          ins.quad_correction[o] = int32_t(-128 * sum);  // |128 * sum| <= K * 2^14 < 2^31 (not wide)
+        }
+      }
+    }
   } else if (path == ConvPath::kDepthwise) {
     const int64_t taps = kh * kw, tap_pairs = ceil_div(taps, 2), blocks = ceil_div(cout, kNR);
     packed.assign(blocks * tap_pairs * 32, 0);

@@ -75,6 +75,11 @@ struct Instruction {
   // for the native kernels (layouts in npu_kernels.h; empty for the scalar path).
   int64_t lo = 0, hi = 0;
   std::vector<uint8_t> packed_weights;
+  // The int8 dot-product (vpdpbusd) copy of 8-bit x int8 GEMM weights, built when the CPU has
+  // that path (npu_kernels.h): int8 k-quads, and per output channel -128 * sum(w) for int8
+  // activations (they enter as x + 128); both empty otherwise.
+  std::vector<int8_t> packed_quads;
+  std::vector<int32_t> quad_correction;
   bool wide_accumulator = false;  // int64 accumulation needed (else int32 cannot overflow)
 };
 

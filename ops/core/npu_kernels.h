@@ -10,6 +10,11 @@
 //   whose int32 sums are exact and adds them in int64.
 //   packed_weights: int16 [groups][ceil(cout_g/16)][ceil(K/2)][16 channels][2 k], K = kh*kw*cg
 //   in (ky, kx, ci) order, zero padded in k and channels.
+//   8-bit activations x int8 weights, not wide, on a CPU with AVX-512 VNNI: also
+//   packed_quads, int8 [groups][ceil(cout_g/16)][ceil(K/4)][16 channels][4 k] for vpdpbusd
+//   (u8 x s8, four products per int32 lane); int8 activations enter as x + 128 (a u8) and
+//   quad_correction[o] = -128 * sum_k w[k][o] restores the sum.  The avx512_vnni path uses
+//   them (docs/npu-arithmetic.md, "Kernel paths" gives the exactness argument).
 // - kDepthwise (cg == 1, groups > 1, not wide): per output pixel, 16 channels at a time, two
 //   taps per vpmaddwd.  packed_weights: int16 [ceil(Cout/16)][ceil(kh*kw/2)][2 halves][8][2 taps]
 //   (half 0 = channels 0-3, 8-11 of the block, half 1 = 4-7, 12-15: the vpunpck order), zero padded.
@@ -35,6 +40,9 @@ inline int64_t round_shift(int64_t p, int s) {
 inline int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 enum class ConvPath { kGemm, kDepthwise, kScalar };
+
+// Whether pack_conv_weights also builds packed_quads (see above) for a kGemm conv.
+bool quad_path_applies(DType x, DType w, bool wide);
 
 ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide);
 

@@ -163,3 +163,53 @@ def test_pools_and_mean_wide_channels(data, is_max):
     b.add("MEAN", [tx], [tm], axes=(1, 2), multipliers=[int(np.floor(sx / sy * 2 ** s + 0.5))], shifts=[s])
     b.set_io([tx], [ty, tm])
     check(b, [x])
+
+
+# ------------------------------------------------------------------ the int8 dot-product path
+# On AVX-512 VNNI, 8-bit activations x int8 weights run vpdpbusd on u8 x s8 k-quads, int8
+# activations entering as x + 128 with -128 * sum(w) folded into the bias (npu_kernels.h).
+
+@SETTINGS
+@given(data=st.data())
+def test_dot_product_gemm_quads_and_blocks(data):
+    """8-bit activations with many input channels (several 128-quad weight sub-blocks), K not a
+    multiple of 4, odd and even counts of 16-channel blocks, 1x1 (direct u8 rows and copied
+    rows), strided, dilated and grouped convs, extreme codes."""
+    xdt = data.draw(st.sampled_from(["int8", "uint8"]))
+    groups = data.draw(st.sampled_from([1, 1, 1, 2]))
+    cin = groups * data.draw(st.one_of(st.integers(1, 70), st.sampled_from([64, 127, 128, 129, 257])))
+    cout = groups * data.draw(st.one_of(CHANNELS, st.sampled_from([47, 48, 49, 64, 80])))
+    k = data.draw(st.sampled_from([1, 1, 3]))
+    conv_case(data, xdt, "int8", data.draw(st.integers(1, 2)), data.draw(st.integers(1, 8)),
+              data.draw(st.integers(1, 8)), cin, cout, k, data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)),
+              groups, relu=data.draw(st.booleans()), leaky=data.draw(st.booleans()))
+
+
+def _extreme_fc(xdt, k, m, seed):
+    """FULLY_CONNECTED with K at the largest value whose accumulator bound still fits int32
+    (not wide), codes at the ends of their ranges: the u8 x s8 sums and, for int8 activations,
+    the x + 128 sums wrap int32 on the way and must come back exact."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (-128, 127) if xdt == "int8" else (0, 255)
+    x = rng.choice(np.array([lo, hi, lo + 1, hi - 1]), size=(3, k)).astype(xdt)
+    x[0] = hi  # one row at the positive end everywhere
+    wq = rng.choice(np.array([-128, 127, -127]), size=(k, m)).astype(np.int8)
+    wq[:, 0] = -128
+    bias = np.zeros(m, np.int64)
+    bound = k * qabs(xdt) * 128
+    assert bound <= 2 ** 31 - 1  # not wide: the int32 paths run
+    b = EngineBuilder("fc_extreme", 3)
+    tx, ty = b.tensor("x", x.shape, xdt, 0.01), b.tensor("y", (3, m), "int16", 1.0)
+    b.add("FULLY_CONNECTED", [tx], [ty], requant_consts(b, wq, xdt, np.full(m, 2.0 ** -16), bias))
+    b.set_io([tx], [ty])
+    (y,) = check(b, [x])
+    y = y.astype(np.int64)
+    assert np.abs(y).max() > 10000 and len(np.unique(y)) > 20  # sums beyond 2^29, not all saturated
+
+
+def test_dot_product_extreme_sums_int8():
+    _extreme_fc("int8", (2 ** 31 - 1) // (128 * 128), 17, 1)  # K = 131071, odd
+
+
+def test_dot_product_extreme_sums_uint8():
+    _extreme_fc("uint8", (2 ** 31 - 1) // (255 * 128), 33, 2)  # K = 65793
