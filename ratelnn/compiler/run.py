@@ -25,7 +25,7 @@ def run_compiled(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str = "
     for node in graph.nodes:
         args = [values[t] for t in node.inputs]
         if node.op == "Engine":
-            engine = Engine.from_bytes(node.attrs["engine"], label=node.attrs.get("engine_name", node.name))
+            engine = Engine.decoded(node.attrs["engine"], label=node.attrs.get("engine_name", node.name))
             results = engine.run(args, backend=backend)
         else:
             results = evaluate_node(node, args)

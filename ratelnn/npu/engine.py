@@ -11,8 +11,10 @@
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -22,6 +24,13 @@ from .memory_plan import plan_memory
 
 from .format import (ACTIVATION_DTYPES, DTYPE_CODES, DTYPES, FORMAT_MAJOR, FORMAT_MINOR, MAX_MULTIPLIER,  # noqa: F401
                      MAX_PRODUCT, MAX_SHIFT, OPCODES, SPLIT_MODES, EngineError, qabs, qrange)
+
+
+# Engine.decoded's cache: (bytes, label) -> Engine, least recently used first.
+DECODED_CACHE_BYTES = 256 << 20
+DECODED_CACHE_ENGINES = 64
+_decoded: "collections.OrderedDict[Tuple[bytes, Optional[str]], Engine]" = collections.OrderedDict()
+_decoded_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +74,29 @@ class Engine:
             raise EngineError(f"engine {label or ''!r}: cannot parse engine bytes: {exc}") from exc
         eng = cls(proto, data)
         eng._native = native_engine
+        return eng
+
+    @classmethod
+    def decoded(cls, data: bytes, label: Optional[str] = None) -> "Engine":
+        """``from_bytes(data, label)``, decoded once: the same bytes and label give the same
+        (read-only, thread-safe to run) Engine from a small process-wide cache, so code that
+        runs a graph's engines call after call (``run_compiled``) validates and packs their
+        weights once.  Bounded to :data:`DECODED_CACHE_BYTES` of engine bytes."""
+        if not isinstance(data, bytes):
+            return cls.from_bytes(data, label)
+        key = (data, label)
+        with _decoded_lock:
+            eng = _decoded.get(key)
+            if eng is not None:
+                _decoded.move_to_end(key)
+                return eng
+        eng = cls.from_bytes(data, label)
+        with _decoded_lock:
+            _decoded[key] = eng
+            total = sum(len(k[0]) for k in _decoded)
+            while len(_decoded) > 1 and (total > DECODED_CACHE_BYTES or len(_decoded) > DECODED_CACHE_ENGINES):
+                old_key, _ = _decoded.popitem(last=False)
+                total -= len(old_key[0])
         return eng
 
     def to_bytes(self) -> bytes:

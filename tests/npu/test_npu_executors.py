@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from helpers.engines import (ACT, SETTINGS, assert_native_equals_reference, rand_codes,
-                             requant_consts, scale)
+                             requant_consts, scale, small_engine_builder)
 from ratelnn.npu.engine import (EngineBuilder, EngineError, make_lut, make_softmax_table, qabs, qrange,
                                 quantize_multiplier, quantize_real)
 
@@ -383,3 +383,16 @@ def test_quantize_multiplier_respects_the_accumulator_bound():
     assert m2 * 2 ** 40 <= 2 ** 62 and abs(m2 / 2 ** s2 - 0.0123) < 1e-5
     with pytest.raises(EngineError):
         quantize_multiplier(float("nan"))
+
+
+def test_engines_decoded_once_per_bytes():
+    """Engine.decoded (what run_compiled uses) validates and packs an engine once per bytes
+    and label; the cached engine runs like a fresh one."""
+    from ratelnn.npu.engine import Engine
+    data = small_engine_builder().build().to_bytes()
+    first = Engine.decoded(data, "e")
+    assert Engine.decoded(bytes(data), "e") is first  # equal bytes, another object
+    assert Engine.decoded(data, "other") is not first
+    x = np.random.default_rng(0).integers(-128, 128, (2, 5, 5, 3)).astype(np.int8)
+    for got, want in zip(first.run([x], backend="native"), Engine.from_bytes(data).run([x], backend="native")):
+        np.testing.assert_array_equal(got, want)
