@@ -13,6 +13,7 @@
 #include "core/npu_exec.h"
 #include "core/npu_format.h"
 #include "core/npu_io.h"
+#include "core/npu_kernels.h"
 
 using ratelnn::npu::Engine;
 
@@ -46,6 +47,19 @@ int ratel_npu_engine_create(const uint8_t* data, size_t size, const char* label,
 }
 
 void ratel_npu_engine_free(void* engine) { delete static_cast<Engine*>(engine); }
+
+// Multiply-adds done by `iters` rounds of the active kernel path's peak loop on the calling
+// thread (npu_kernels.h peak_macs); the instruction's name goes to name[0 .. len).  -1 on error.
+int64_t ratel_npu_peak_macs(int64_t iters, char* name, size_t len) {
+  try {
+    const char* instruction = "";
+    int64_t macs = ratelnn::npu::peak_macs(iters, &instruction);
+    report(instruction, name, len);
+    return macs;
+  } catch (...) {
+    return -1;
+  }
+}
 
 // Run on `batch` samples: inputs[k] has input_sizes[k] bytes, outputs[k] output_sizes[k].
 int ratel_npu_engine_run(void* engine, int64_t batch, const void* const* inputs, const int64_t* input_sizes,

@@ -161,6 +161,10 @@ void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const 
   RATELNN_ON_ACTIVE_PATH(run_conv_impl(e, ins, g, x, y, threads))
 }
 
+int64_t peak_macs(int64_t iters, const char** instruction) {
+  RATELNN_ON_ACTIVE_PATH(peak_macs_impl(iters, instruction))
+}
+
 void store_codes(DType yt, const int32_t* v, int64_t count, uint8_t* y, int64_t index) {
   RATELNN_ON_ACTIVE_PATH(store_codes_impl(yt, v, count, y, index))
 }

@@ -71,5 +71,9 @@ void store_codes(DType t, const int32_t* v, int64_t count, uint8_t* y, int64_t i
 void scale_add_requant(const int32_t* a, const int32_t* b, int64_t n, int32_t ma, int32_t mb, int s, int64_t lo,
                        int64_t hi, int32_t* out);
 
+// Throughput probe of the active path's multiply-add instruction (registers only, the calling
+// thread): runs `iters` rounds, returns the multiply-adds done and names the instruction.
+int64_t peak_macs(int64_t iters, const char** instruction);
+
 }  // namespace npu
 }  // namespace ratelnn

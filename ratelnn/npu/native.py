@@ -62,6 +62,8 @@ def _load():
                 ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p,
                 ctypes.c_size_t]
             lib.ratel_npu_engine_check_inputs.restype = ctypes.c_int
+            lib.ratel_npu_peak_macs.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t]
+            lib.ratel_npu_peak_macs.restype = ctypes.c_int64
             lib.ratel_npu_wire_schema.argtypes = []
             lib.ratel_npu_wire_schema.restype = ctypes.c_char_p
             lib.ratelnn_isa_active.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -170,3 +172,28 @@ class NativeEngine:
         if getattr(self, "_handle", None):
             self._lib.ratel_npu_engine_free(self._handle)
             self._handle = None
+
+
+def peak_gmacs(seconds: float = 0.2, repeats: int = 5) -> dict:
+    """The measured multiply-add peak of one core on the active kernel path: a register-only
+    loop of the path's GEMM instruction (vpdpbusd on avx512_vnni) run by the calling thread
+    (ctypes releases the GIL) for about ``seconds``, ``repeats`` times.  Returns
+    ``{"gmacs_per_core": median GMAC/s, "instruction": name, "path": native_isa()}``.  For
+    benchmarks: a shared machine lowers it."""
+    import statistics
+    import time
+    lib = _load()
+    name = ctypes.create_string_buffer(256)
+    iters = 1 << 16
+    while True:  # calibrate the round count to about `seconds`
+        start = time.perf_counter()
+        lib.ratel_npu_peak_macs(iters, name, 256)
+        if time.perf_counter() - start > seconds / 4 or iters > 1 << 40:
+            break
+        iters *= 4
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        macs = lib.ratel_npu_peak_macs(iters, name, 256)
+        rates.append(macs / (time.perf_counter() - start) / 1e9)
+    return {"gmacs_per_core": statistics.median(rates), "instruction": name.value.decode(), "path": native_isa()}
