@@ -79,12 +79,16 @@ class ConvertImpl:
         return CalibrationData(data, model_inputs(self.graph), self.config, batch_size,
                                self.handler.framework)
 
-    def calibrate(self, data: Any, batch_size: Optional[int] = None, progress: bool = True):
+    def calibrate(self, data: Any, batch_size: Optional[int] = None, progress: bool = True,
+                  executor: Any = None):
         """Run the calibration model in this process on ``data``, recording statistics into
         ``output_dir``; returns the statistics now there (tensor name -> TensorStats).
 
         ``data``: see :meth:`calibration_data`; ``progress``: print batches done, rate and
-        ETA on stderr."""
+        ETA on stderr; ``executor``: run the shards elsewhere instead, e.g. a
+        ``ratelnn.distributed.RayExecutor`` (docs/distributed.md), with the same result."""
+        if executor is not None:
+            return executor.calibrate(self, data, batch_size, progress)
         from .calibration.progress import Progress
         from .calibration.stats import load_statistics
         from .runners import runner_for

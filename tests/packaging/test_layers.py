@@ -26,7 +26,8 @@ LAYERS = [
     ("npu", ["ratelnn.npu"]),
     ("compiler", ["ratelnn.compiler"]),
     ("frontend", ["ratelnn.frontend"]),
-    ("api", ["ratelnn.convert", "ratelnn.analysis", "ratelnn.profile", "ratelnn.ratelnn_runtime"]),
+    ("api", ["ratelnn.convert", "ratelnn.analysis", "ratelnn.profile", "ratelnn.ratelnn_runtime",
+             "ratelnn.distributed"]),
     ("joint", ["ratelnn.joint"]),
     ("entry points", ["ratelnn.cli", "ratelnn.__main__", "ratelnn.testing"]),
 ]

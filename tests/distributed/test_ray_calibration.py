@@ -1,0 +1,129 @@
+"""Issue 17: calibration on a local Ray cluster of 2 workers (ratelnn.distributed).
+
+Exactness: the statistics (every field, histograms included), the thresholds and the
+quantized and compiled TensorFlow models (engine bytes included) of a distributed run equal
+those of one process over the same data, for every quantize_algorithm (naive with EMA too:
+the driver recomputes the moving averages over the ordered per-batch ranges).  Faults: an
+actor killed mid-run costs a retry of its shards only and the result is still exact; a run
+out of attempts fails with a clear error and writes no statistics.  One Ray instance per
+module (its start costs seconds)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+BATCH = 16
+SAMPLES = 190            # 12 batches, the last one partial (padded as in one process)
+ALGORITHMS = ("naive", "kld", "percentile", "mse")
+
+
+@pytest.fixture(scope="module")
+def executor():
+    from ratelnn.distributed import RayExecutor
+
+    ex = RayExecutor(num_workers=2, threads_per_worker=1, shard_batches=2)
+    yield ex
+    ex.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model(fashion_mnist, fashion_cnn):
+    import ratelnn
+    from ratelnn.frontend.tensorflow import freeze_keras
+
+    ratelnn.tf_init()
+    (x_train, _), _ = fashion_mnist
+    graph_def, inputs, outputs = freeze_keras(fashion_cnn)
+    images = x_train[np.random.default_rng(17).permutation(len(x_train))[:SAMPLES]]
+    return graph_def, inputs, outputs, np.ascontiguousarray(images)
+
+
+def _converter(model, output_dir, algorithm="naive"):
+    from ratelnn.frontend.tensorflow import converter
+
+    graph_def, inputs, outputs, _ = model
+    return converter(graph_def, {"input_nodes": inputs, "output_nodes": outputs,
+                                 "input_shapes": [[BATCH, 28, 28, 1]], "output_dir": str(output_dir),
+                                 "quantize_algorithm": algorithm})
+
+
+@pytest.fixture(scope="module")
+def single(model, tmp_path_factory):
+    """(output_dir, statistics) of the single-process calibration."""
+    out = tmp_path_factory.mktemp("single")
+    return out, _converter(model, out).calibrate(model[3], progress=False)
+
+
+@pytest.fixture(scope="module")
+def distributed(model, executor, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ray")
+    stats = _converter(model, out).calibrate(model[3], progress=False, executor=executor)
+    return out, stats, executor.last_run
+
+
+def _assert_same_statistics(a, b):
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name] == b[name], name                  # min, max, ema_min/max, batches, count
+        assert a[name].histogram == b[name].histogram, name
+
+
+def test_distributed_statistics_equal_single_process(single, distributed):
+    _, reference = single
+    out, stats, report = distributed
+    _assert_same_statistics(stats, reference)
+    assert report.shards == 6 and report.batches == 12 and not report.retried_shards
+    assert len(set(report.pids.values())) == 2, "both workers ran shards"
+    files = list((out / "ratel_stats").glob("*.rstats"))
+    assert len(files) == 1, "the driver writes one merged snapshot"
+    assert not list((out / "ratel_stats").glob(".*.tmp")), "no temporary files left"
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_method_identical_thresholds_and_models(model, single, distributed, algorithm):
+    one = _converter(model, single[0], algorithm)
+    many = _converter(model, distributed[0], algorithm)
+    q_one, q_many = one.quantized_ir(), many.quantized_ir()
+    assert q_one.qparams.keys() == q_many.qparams.keys()
+    for name, p in q_one.qparams.items():
+        o = q_many.qparams[name]
+        assert (p.dtype, p.axis) == (o.dtype, o.axis) and np.array_equal(p.scale, o.scale), name
+    ser = lambda g: g.SerializeToString(deterministic=True)  # noqa: E731
+    assert ser(one.to_quant()) == ser(many.to_quant())
+    npu_one, npu_many = one.to_npu(), many.to_npu()
+    assert any(n.op == "RatelEngineOp" for n in npu_one.node)
+    assert ser(npu_one) == ser(npu_many)
+
+
+def test_killed_worker_retries_its_shards_only(model, single, executor, tmp_path, monkeypatch):
+    killed = []
+
+    def kill_the_other(shard, actor_index):
+        if not killed:
+            victim = executor.actors[1 - actor_index]
+            killed.append(ray.get(victim.pid.remote()))
+            ray.kill(victim)
+
+    monkeypatch.setattr(executor, "_on_shard_done", kill_the_other)
+    stats = _converter(model, tmp_path).calibrate(model[3], progress=False, executor=executor)
+    report = executor.last_run
+    assert report.workers_lost == 1 and report.retried_shards
+    assert report.shards == 6 and report.batches == 12          # every shard counted once
+    assert report.attempts == 6 + len(report.retried_shards)
+    assert killed[0] not in {report.pids[s] for s in report.retried_shards}
+    _assert_same_statistics(stats, single[1])
+
+
+def test_out_of_attempts_fails_clearly_and_writes_nothing(model, executor, tmp_path, monkeypatch):
+    from ratelnn.errors import CalibrationError
+
+    def kill_the_other(shard, actor_index):
+        ray.kill(executor.actors[1 - actor_index])
+
+    monkeypatch.setattr(executor, "_on_shard_done", kill_the_other)
+    monkeypatch.setattr(executor, "max_attempts", 1)
+    with pytest.raises(CalibrationError, match=r"lost with its worker.*no statistics were written"):
+        _converter(model, tmp_path).calibrate(model[3], progress=False, executor=executor)
+    assert not list((tmp_path / "ratel_stats").glob("*.rstats"))
