@@ -213,3 +213,26 @@ def test_dot_product_extreme_sums_int8():
 
 def test_dot_product_extreme_sums_uint8():
     _extreme_fc("uint8", (2 ** 31 - 1) // (255 * 128), 33, 2)  # K = 65793
+
+
+@SETTINGS
+@given(data=st.data())
+def test_epilogue_shift_boundaries(data):
+    """The 16-lane epilogue runs when every shift is >= 33 (else the 4-lane form): shifts at
+    31..36 per channel, all >= 33 or mixed, multipliers near 2^31, every output dtype."""
+    xdt, ydt = data.draw(st.sampled_from(["int8", "uint8"])), data.draw(ACT)
+    n, k, m = data.draw(st.integers(1, 13)), data.draw(st.integers(1, 90)), data.draw(CHANNELS)
+    low = data.draw(st.sampled_from([31, 32, 33]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
+    x, wq = rand_codes(data, (n, k), xdt), rand_codes(data, (k, m), "int8")
+    bias = rng.integers(-5000, 5000, m)
+    shifts = rng.integers(low, 37, m)
+    mults = rng.integers(2 ** 30, 2 ** 31 - 1, m)
+    mults[rng.random(m) < 0.2] = 0  # M = 0 too
+    b = EngineBuilder("epilogue", n)
+    tx, ty = b.tensor("x", x.shape, xdt, 0.1), b.tensor("y", (n, m), ydt, 1.0)
+    b.add("FULLY_CONNECTED", [tx], [ty], [b.const("w", wq), b.const("bias", bias.astype(np.int32)),
+                                           b.const("m", mults.astype(np.int32)), b.const("s", shifts.astype(np.int32))],
+          act_min=0 if data.draw(st.booleans()) else None)
+    b.set_io([tx], [ty])
+    check(b, [x])
