@@ -38,9 +38,21 @@ class ConvertImpl:
     def to_cal(self) -> Any:
         """The calibration model: the float model plus MinMax ops on every tensor the
         quantized model needs; running it records statistics into ``output_dir``."""
+        from .calibration.manifest import claim
         from .quantization.emit import emit_calibration
+        from .quantization.policy import calibration_tensors
         self.handler.ensure_ops()
+        claim(self.config["output_dir"], self.graph.name, self.fingerprint,  # docs/statistics.md
+              calibration_tensors(self.graph, self.config), self.config["merge_statistics"])
         return self.handler.export_graph(emit_calibration(self.graph, self.config))
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the float graph: the owner of this model's statistics files."""
+        if getattr(self, "_fingerprint", None) is None:
+            from .calibration.manifest import graph_fingerprint
+            self._fingerprint = graph_fingerprint(self.graph)
+        return self._fingerprint
 
     def quantized_ir(self, graph_quant: Any = None) -> Graph:
         """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
@@ -50,8 +62,11 @@ class ConvertImpl:
             qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
             qgraph.name = self.graph.name
             return qgraph
+        from .calibration.manifest import check_owner
         from .calibration.stats import load_statistics
         from .quantization.quantizer import quantize
+        check_owner(self.config["output_dir"], self.graph.name, self.fingerprint,
+                    self.config["merge_statistics"])
         stats = load_statistics(self.config["output_dir"])
         return quantize(self.graph, stats, self.config)
 

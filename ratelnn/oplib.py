@@ -168,14 +168,31 @@ def loaded_libraries() -> List[ctypes.CDLL]:
     return handles
 
 
-def flush_statistics() -> None:
-    """Make the op library loaded in this process (if any) write all in-memory calibration
-    statistics to their ``output_dir`` now. No-op when no library is loaded.
+def flush_statistics(output_dir: "str | os.PathLike | None" = None) -> None:
+    """Make the op library loaded in this process (if any) write its in-memory calibration
+    statistics now: those of ``output_dir`` (as an absolute path, the form the calibration
+    ops carry), or of every directory when None. No-op when no library is loaded.
 
-    Raises CalibrationError if a statistics file cannot be written.
+    Raises CalibrationError if a statistics file cannot be written. A directory whose write
+    failed keeps its statistics and does not affect the flush of any other directory.
     """
     for lib in loaded_libraries():
         lib.ratelnn_stats_last_error.restype = ctypes.c_char_p
-        if lib.ratelnn_stats_flush_all() != 0:
+        if output_dir is None:
+            failed = lib.ratelnn_stats_flush_all() != 0
+        else:
+            path = os.path.abspath(os.fspath(output_dir)).encode()
+            failed = lib.ratelnn_stats_flush_dir(ctypes.c_char_p(path)) != 0
+        if failed:
             message = lib.ratelnn_stats_last_error().decode(errors="replace")
             raise CalibrationError(f"writing calibration statistics failed: {message}")
+
+
+def forget_statistics(output_dir: "str | os.PathLike") -> bool:
+    """Drop the in-memory calibration statistics this process holds for ``output_dir``
+    without writing them (a fresh start). True if a loaded library held some."""
+    path = os.path.abspath(os.fspath(output_dir)).encode()
+    dropped = False
+    for lib in loaded_libraries():
+        dropped |= bool(lib.ratelnn_stats_forget_dir(ctypes.c_char_p(path)))
+    return dropped

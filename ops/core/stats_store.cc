@@ -96,21 +96,21 @@ StatsStore& StatsStore::Global() {
   return *store;
 }
 
-StatsStore::Directory* StatsStore::FindOrAdd(const std::string& output_dir) {
-  std::unique_ptr<Directory>& slot = dirs_[output_dir];
+std::shared_ptr<StatsStore::Directory> StatsStore::FindOrAdd(const std::string& output_dir) {
+  std::shared_ptr<Directory>& slot = dirs_[output_dir];
   if (!slot) {
-    slot = std::make_unique<Directory>();
+    slot = std::make_shared<Directory>();
     slot->output_dir = output_dir;
   }
-  return slot.get();
+  return slot;
 }
 
-StatsStore::Directory* StatsStore::Add(const std::string& output_dir,
+std::shared_ptr<StatsStore::Directory> StatsStore::Add(const std::string& output_dir,
                                        const std::string& tensor_name, float batch_min,
                                        float batch_max, int64_t count, double ema_decay,
                                        const AbsHistogram* batch_histogram, bool* write_due) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Directory* dir = FindOrAdd(output_dir);
+  std::shared_ptr<Directory> dir = FindOrAdd(output_dir);
   TensorStatistics& s = dir->tensors[tensor_name];
   if (s.batches == 0) {
     s.min = s.ema_min = batch_min;
@@ -139,9 +139,9 @@ std::string StatsStore::Record(const std::string& output_dir, const std::string&
                                float batch_min, float batch_max, int64_t count,
                                double ema_decay) {
   bool write_due;
-  Directory* dir = Add(output_dir, tensor_name, batch_min, batch_max, count, ema_decay,
-                       nullptr, &write_due);
-  return write_due ? WriteIfDue(dir) : "";
+  std::shared_ptr<Directory> dir = Add(output_dir, tensor_name, batch_min, batch_max, count,
+                                       ema_decay, nullptr, &write_due);
+  return write_due ? WriteIfDue(dir.get()) : "";
 }
 
 std::string StatsStore::RecordWithHistogram(const std::string& output_dir,
@@ -149,9 +149,9 @@ std::string StatsStore::RecordWithHistogram(const std::string& output_dir,
                                             float batch_max, int64_t count, double ema_decay,
                                             const AbsHistogram& batch_histogram) {
   bool write_due;
-  Directory* dir = Add(output_dir, tensor_name, batch_min, batch_max, count, ema_decay,
-                       &batch_histogram, &write_due);
-  return write_due ? WriteIfDue(dir) : "";
+  std::shared_ptr<Directory> dir = Add(output_dir, tensor_name, batch_min, batch_max, count,
+                                       ema_decay, &batch_histogram, &write_due);
+  return write_due ? WriteIfDue(dir.get()) : "";
 }
 
 std::string StatsStore::WriteSnapshot(Directory* dir, bool only_if_due) {
@@ -176,15 +176,15 @@ std::string StatsStore::WriteSnapshot(Directory* dir, bool only_if_due) {
 }
 
 std::string StatsStore::Flush(const std::string& output_dir) {
-  Directory* dir;
+  std::shared_ptr<Directory> dir;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = dirs_.find(output_dir);
     if (it == dirs_.end()) return "";
-    dir = it->second.get();
+    dir = it->second;
   }
   std::lock_guard<std::mutex> writer(dir->write_mutex);
-  return WriteSnapshot(dir, /*only_if_due=*/false);
+  return WriteSnapshot(dir.get(), /*only_if_due=*/false);
 }
 
 std::string StatsStore::FlushAll() {
@@ -199,6 +199,12 @@ std::string StatsStore::FlushAll() {
     if (!error.empty()) errors += (errors.empty() ? "" : "; ") + error;
   }
   return errors;
+}
+
+bool StatsStore::Forget(const std::string& output_dir) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // a thread still writing the dropped directory holds its own reference to it
+  return dirs_.erase(output_dir) > 0;
 }
 
 namespace {
@@ -222,6 +228,17 @@ extern "C" int ratelnn_stats_flush_all(void) {
   std::lock_guard<std::mutex> lock(ratelnn::last_error_mutex);
   *ratelnn::last_error = error;
   return error.empty() ? 0 : -1;
+}
+
+extern "C" int ratelnn_stats_flush_dir(const char* output_dir) {
+  const std::string error = ratelnn::StatsStore::Global().Flush(output_dir ? output_dir : "");
+  std::lock_guard<std::mutex> lock(ratelnn::last_error_mutex);
+  *ratelnn::last_error = error;
+  return error.empty() ? 0 : -1;
+}
+
+extern "C" int ratelnn_stats_forget_dir(const char* output_dir) {
+  return ratelnn::StatsStore::Global().Forget(output_dir ? output_dir : "") ? 1 : 0;
 }
 
 extern "C" const char* ratelnn_stats_last_error(void) {

@@ -45,13 +45,17 @@ class StatsStore {
   // Flushes every directory; returns the errors joined by "; ", "" if none.
   std::string FlushAll();
 
+  // Drops the in-memory statistics of `output_dir` without writing them (a fresh start:
+  // the next batch recorded there starts a new snapshot file). Returns whether any existed.
+  bool Forget(const std::string& output_dir);
+
  private:
   struct Directory;
 
   StatsStore() = default;
-  Directory* FindOrAdd(const std::string& output_dir);  // requires mutex_
+  std::shared_ptr<Directory> FindOrAdd(const std::string& output_dir);  // requires mutex_
   // Adds one batch under the mutex; returns the directory and whether a write is due.
-  Directory* Add(const std::string& output_dir, const std::string& tensor_name,
+  std::shared_ptr<Directory> Add(const std::string& output_dir, const std::string& tensor_name,
                  float batch_min, float batch_max, int64_t count, double ema_decay,
                  const AbsHistogram* batch_histogram, bool* write_due);
   // Writes dir's snapshot if due and no other thread is writing it.
@@ -61,7 +65,8 @@ class StatsStore {
   std::string WriteSnapshot(Directory* dir, bool only_if_due);
 
   std::mutex mutex_;  // guards dirs_ and the statistics inside every Directory
-  std::map<std::string, std::unique_ptr<Directory>> dirs_;
+  // shared: a writer keeps its directory alive while Forget drops it from the map
+  std::map<std::string, std::shared_ptr<Directory>> dirs_;
 };
 
 }  // namespace ratelnn
@@ -70,6 +75,12 @@ class StatsStore {
 extern "C" {
 // Flushes every directory of the store. 0 on success, -1 if a write failed.
 __attribute__((visibility("default"))) int ratelnn_stats_flush_all(void);
-// Message of the last failed ratelnn_stats_flush_all, "" if none.
+// Message of the last failed ratelnn_stats_flush_all / ratelnn_stats_flush_dir, "" if none.
 __attribute__((visibility("default"))) const char* ratelnn_stats_last_error(void);
+// Flushes one directory (a failed write elsewhere does not matter). 0 on success, -1 if
+// its write failed (message in ratelnn_stats_last_error). The failed directory keeps its
+// statistics and is written again by the next flush or record that finds it writable.
+__attribute__((visibility("default"))) int ratelnn_stats_flush_dir(const char* output_dir);
+// Drops the in-memory statistics of one directory; 1 if there were any, else 0.
+__attribute__((visibility("default"))) int ratelnn_stats_forget_dir(const char* output_dir);
 }

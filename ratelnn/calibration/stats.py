@@ -128,7 +128,15 @@ def read_statistics_file(path: Union[str, Path]) -> Dict[str, TensorStats]:
     """The statistics of one ``.rstats`` file, by tensor name. Raises CalibrationError
     naming the file if it is corrupt or holds non-finite values."""
     path = Path(path)
-    payload = _parse_header(path, path.read_bytes())
+    if path.is_dir():
+        raise CalibrationError(f"{path} is a directory, not a calibration statistics file: "
+                               "remove or rename it")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CalibrationError(f"cannot read calibration statistics file {path}: "
+                               f"{e.strerror or e}") from None
+    payload = _parse_header(path, data)
     try:
         document = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -171,17 +179,32 @@ def load_statistics(output_dir: Union[str, Path],
     """Merged statistics of every calibration process that wrote into ``output_dir``.
 
     First makes the op library loaded in this process (if any) flush its in-memory
-    statistics. Raises CalibrationError when no statistics exist, a file is corrupt, or a
-    tensor listed in ``required`` is missing.
+    statistics of ``output_dir``. Raises CalibrationError when no statistics exist, a file
+    is corrupt, a file holds tensors that no model of the directory's manifest records
+    (statistics of another calibration: docs/statistics.md, "Owner"), or a tensor listed in
+    ``required`` is missing.
     """
     from ..oplib import flush_statistics
+    from .manifest import known_tensors, read_manifest
 
-    flush_statistics()
     stats_dir = statistics_dir(output_dir)
-    files = sorted(stats_dir.glob("*" + STATS_SUFFIX)) if stats_dir.is_dir() else []
+    if stats_dir.exists() and not stats_dir.is_dir():
+        raise CalibrationError(f"{stats_dir} is not a directory: remove it")
+    flush_statistics(output_dir)
+    files = sorted(p for p in stats_dir.glob("*" + STATS_SUFFIX)
+                   if not p.name.startswith(".")) if stats_dir.is_dir() else []
+    manifest = read_manifest(output_dir)
+    known = known_tensors(manifest) if manifest is not None else None
     per_tensor: Dict[str, List[TensorStats]] = {}
     for path in files:
-        for name, stats in read_statistics_file(path).items():
+        stats_of_file = read_statistics_file(path)
+        foreign = sorted(set(stats_of_file) - known) if known is not None else []
+        if foreign:
+            raise CalibrationError(
+                f"calibration statistics file {path} holds tensors that no model of "
+                f"{stats_dir / 'manifest.json'} records ({_names_list(foreign, 5)}): it is "
+                "another calibration's; delete it, or the whole directory to start fresh")
+        for name, stats in stats_of_file.items():
             per_tensor.setdefault(name, []).append(stats)
     if not per_tensor:
         raise CalibrationError(

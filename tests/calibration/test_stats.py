@@ -158,3 +158,10 @@ def test_merge_of_files_from_several_processes(tmp_path):
                                      ema_max=(1.5 * 3 + 1.0) / 4, batches=4, count=40)
     assert stats["only1"] == TensorStats(0.0, 1.0, 0.0, 1.0, 1, 10)
     assert merge_stats([stats["a"]]) == stats["a"]
+
+
+def test_directory_named_rstats_is_a_clear_error(tmp_path):
+    (tmp_path / "ratel_stats" / "h-1-0.rstats").mkdir(parents=True)
+    with pytest.raises(CalibrationError, match="h-1-0.rstats is a directory, not a calibration "
+                                               "statistics file"):
+        load_statistics(tmp_path)

@@ -88,12 +88,12 @@ def stats_files(output_dir: Path) -> List[Path]:
 
 
 # ------------------------------------------------------------------ switching methods, e2e
-def small_graph_def():
+def small_graph_def(seed: int = 9):
     """Frozen GraphDef x[4,8,8,3] -> conv3x3+bias+relu -> maxpool -> conv1x1 -> reshape ->
-    matmul -> softmax "prob"."""
+    matmul -> softmax "prob"; ``seed`` draws the weights (another seed: another model)."""
     import tensorflow as tf
 
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(seed)
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, (4, 8, 8, 3), name="x")
