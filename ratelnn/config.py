@@ -7,7 +7,11 @@ accepted everywhere and normalised by :func:`normalize`.  Unknown keys are kept 
 from __future__ import annotations
 
 import copy
+import difflib
 import json
+import math
+import numbers
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
@@ -39,6 +43,9 @@ DEFAULTS: Dict[str, Any] = {
     "round_mode": "half_away_from_zero",
     "invocations_per_frame": 1,
     "model_name": None,
+    "merge_statistics": False,   # accept other models' statistics in output_dir (docs/statistics.md)
+    # refuse GraphDefs whose compressed (splat) constants expand beyond this (docs/reliability.md)
+    "max_expanded_constant_bytes": 256 << 20,
     # image calibration data (docs/calibration-data.md)
     "image_size": None,
     "mean": None,
@@ -65,6 +72,10 @@ QUANT_CFG_ROLES = tuple(QUANT_CFG_DEFAULTS) + (
     "reshape_input", "reshape_output")
 # Settings of a role; data_format only documents the layout (the SDK reads it from the graph).
 QUANT_CFG_SETTINGS = ("is_per_channel", "num_bits", "data_format")
+
+# keys that hold text: ``--set output_dir=12345`` means the folder "12345", not a number
+STRING_KEYS = ("output_dir", "model_name", "quantize_algorithm", "round_mode", "channel_order",
+               "data_format")
 
 ROUND_MODES = ("half_away_from_zero", "half_to_even", "floor", "ceil", "trunc")
 
@@ -141,28 +152,44 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     for key in ("input_nodes", "output_nodes"):
         if isinstance(cfg[key], str):
             cfg[key] = [cfg[key]]
-        if not all(isinstance(n, str) for n in cfg[key]):
-            raise ConfigError(f"config key {key!r} must be a list of node names")
-    shapes = cfg["input_shapes"]
-    if shapes and not isinstance(shapes[0], (list, tuple)):
-        shapes = [shapes]
-    if len(shapes) != len(cfg["input_nodes"]):
-        raise ConfigError(f"input_shapes has {len(shapes)} shapes for {len(cfg['input_nodes'])} input nodes")
-    cfg["input_shapes"] = [[int(d) if d is not None else None for d in s] for s in shapes]
+        if not isinstance(cfg[key], (list, tuple)) or not all(isinstance(n, str) and n for n in cfg[key]):
+            raise ConfigError(f"config key {key!r} must be a list of node names, got {cfg[key]!r}")
+        cfg[key] = list(cfg[key])
+        seen = [_node_key(n) for n in cfg[key]]
+        dup = sorted({n for n in seen if seen.count(n) > 1})
+        if dup:
+            raise ConfigError(f"config key {key!r} names {dup} more than once: {cfg[key]!r}")
+    both = sorted(set(map(_node_key, cfg["input_nodes"])) & set(map(_node_key, cfg["output_nodes"])))
+    if both:
+        raise ConfigError(f"output_nodes {both} are also input_nodes: an output must be computed "
+                          "by the model, not fed to it")
+    cfg["input_shapes"] = _input_shapes(cfg["input_shapes"], len(cfg["input_nodes"]))
+    cfg["output_dir"] = _output_dir(cfg["output_dir"])
     if cfg["quantize_algorithm"] not in ALGORITHMS:
         raise ConfigError(f"quantize_algorithm must be one of {ALGORITHMS}, got {cfg['quantize_algorithm']!r}")
     if cfg["round_mode"] not in ROUND_MODES:
         raise ConfigError(f"round_mode must be one of {ROUND_MODES}, got {cfg['round_mode']!r}")
-    for lc in cfg["layer_configs"]:
+    _check_scalars(cfg)
+    if not isinstance(cfg["layer_configs"], (list, tuple)):
+        raise ConfigError(f"layer_configs must be a list of mappings, got {cfg['layer_configs']!r}")
+    for i, lc in enumerate(cfg["layer_configs"]):
+        if not isinstance(lc, Mapping):
+            raise ConfigError(f"layer_configs[{i}] must be a mapping like "
+                              f"{{'name': ..., 'data_type': 'int16'}}, got {lc!r}")
         if lc.get("data_type") not in DATA_TYPES:
             raise ConfigError(f"layer_configs entry {lc!r}: data_type must be one of {DATA_TYPES}")
     if not isinstance(cfg["quant_cfg"], Mapping):
         raise ConfigError(f"quant_cfg must map tensor roles to settings, got {cfg['quant_cfg']!r}")
     for role, settings in cfg["quant_cfg"].items():
+        if role not in QUANT_CFG_ROLES:
+            close = difflib.get_close_matches(str(role), QUANT_CFG_ROLES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"quant_cfg role {role!r} is unknown{hint}; known roles: "
+                              f"{', '.join(QUANT_CFG_ROLES)}")
         if not isinstance(settings, Mapping):
             raise ConfigError(f"quant_cfg[{role!r}] must be a mapping of settings, got {settings!r}")
         bits = settings.get("num_bits", 8)
-        if bits not in (8, 16):
+        if bits not in (8, 16) or isinstance(bits, bool):
             raise ConfigError(f"quant_cfg[{role!r}].num_bits must be 8 or 16, got {bits!r}")
     unknown = sorted(set(cfg) - set(DEFAULTS)) + _unknown_quant_cfg(cfg["quant_cfg"])
     new = [k for k in unknown if k not in _warned_unknown]
@@ -171,6 +198,75 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
         warnings.warn(f"ratelnn: unknown config keys kept and ignored: {', '.join(new)}",
                       UserWarning, stacklevel=3)
     return cfg
+
+
+def _node_key(name: str) -> str:
+    """``x`` and ``x:0`` name one tensor."""
+    return name[:-2] if name.endswith(":0") else name
+
+
+def _input_shapes(shapes: Any, n_inputs: int) -> list:
+    """``input_shapes`` as a list of lists of positive ints (None for a free dim)."""
+    expect = "a list of shapes, one per input node, like [[1, 224, 224, 3]]"
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, (list, tuple)) or not shapes:
+        raise ConfigError(f"input_shapes must be {expect}, got {shapes!r}")
+    if not isinstance(shapes[0], (list, tuple)):
+        shapes = [shapes]
+    if len(shapes) != n_inputs:
+        raise ConfigError(f"input_shapes has {len(shapes)} shapes for {n_inputs} input nodes")
+    out = []
+    for shape in shapes:
+        if not isinstance(shape, (list, tuple)):
+            raise ConfigError(f"input_shapes must be {expect}, got {shapes!r}")
+        dims = []
+        for d in shape:
+            if d is None:
+                dims.append(None)
+                continue
+            integral = isinstance(d, numbers.Integral) or (isinstance(d, float) and d.is_integer())
+            if isinstance(d, bool) or not isinstance(d, numbers.Real) or not integral or d <= 0:
+                raise ConfigError(f"input_shapes {list(shape)!r}: dimension {d!r} is not a positive "
+                                  "integer (None leaves a dimension free)")
+            dims.append(int(d))
+        out.append(dims)
+    return out
+
+
+def _output_dir(value: Any) -> str:
+    """``output_dir`` as a string; a str or os.PathLike that is not an existing file."""
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"output_dir must be a path (str or os.PathLike), got {value!r} "
+                          f"({type(value).__name__})")
+    path = os.fspath(value)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"output_dir {path!r} exists and is not a directory")
+    return path
+
+
+# key -> (accepted types, check, expectation) of the scalar keys
+_SCALARS = {
+    "enable_EMA": (bool, None, "true or false"),
+    "auto_int16": (bool, None, "true or false"),
+    "remove_input_quant": (bool, None, "true or false"),
+    "merge_statistics": (bool, None, "true or false"),
+    "ema_decay": (numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "percentile": (numbers.Real, lambda v: 0 < v <= 100, "a number in (0, 100]"),
+    "auto_int16_sqnr_db": (numbers.Real, lambda v: math.isfinite(v), "a finite number"),
+    "auto_int16_max_fraction": (numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "invocations_per_frame": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
+    "max_expanded_constant_bytes": (numbers.Integral, lambda v: v >= 0, "a byte count >= 0"),
+}
+
+
+def _check_scalars(cfg: Mapping[str, Any]) -> None:
+    for key, (kind, check, expect) in _SCALARS.items():
+        value = cfg.get(key)
+        wrong_bool = isinstance(value, bool) and kind is not bool
+        if wrong_bool or not isinstance(value, kind) or (check is not None and not check(value)):
+            raise ConfigError(f"config key {key!r} must be {expect}, got {value!r}")
+    for key in ("model_name",):
+        if cfg.get(key) is not None and not isinstance(cfg[key], str):
+            raise ConfigError(f"config key {key!r} must be a string, got {cfg[key]!r}")
 
 
 def _unknown_quant_cfg(quant_cfg: Mapping[str, Any]) -> list:

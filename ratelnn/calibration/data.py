@@ -325,6 +325,13 @@ class CalibrationData:
             if bad:
                 raise DataError(f"{self.label}: input {spec.name!r} expects samples of shape "
                                 f"{list(spec.shape[1:])}, got {list(v.shape[1:])} (samples from {first_sample})")
+            kind = np.asarray(v).dtype.kind
+            if kind not in "fiub":
+                what = {"c": "complex numbers", "U": "strings", "S": "bytes", "O": "Python objects",
+                        "M": "dates", "m": "time deltas"}.get(kind, f"dtype {np.asarray(v).dtype}")
+                raise DataError(f"{self.label}: input {spec.name!r} holds {what} "
+                                f"({np.asarray(v).dtype}); calibration data must be real numbers "
+                                f"(it is converted to {spec.dtype})")
             v = np.asarray(v, dtype=spec.dtype)
             if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
                 row = int(np.argwhere(~np.isfinite(v.reshape(len(v), -1)).all(axis=1)).min())

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ..config import ConfigError, QuantConfig, normalize, set_dotted
+from ..config import STRING_KEYS, ConfigError, QuantConfig, normalize, set_dotted
 from ..errors import RatelError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -37,6 +37,8 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str]) -> None:
     """Apply ``--set key.sub=value`` overrides to ``config`` in place."""
     for text in overrides:
         key, value = parse_override(text)
+        if key in STRING_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = text.partition("=")[2].strip()  # a folder named 12345
         node: Any = config
         for part in key.split(".")[:-1]:
             node = node.get(part, {})

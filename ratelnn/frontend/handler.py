@@ -36,7 +36,7 @@ class ModelHandler(abc.ABC):
 
     def import_graph(self, graph_def: Any, config: QuantConfig) -> Graph:
         """Framework model -> optimised float IR (the default passes of docs/ir.md)."""
-        return _validated(run_default_passes(self.translate(graph_def, config)))
+        return _integer_inputs_checked(_validated(run_default_passes(self.translate(graph_def, config))))
 
     def import_quantized(self, graph_quant: Any, config: QuantConfig) -> Graph:
         """A quantized model made by ``to_quant`` -> IR keeping its Quant/Dequant structure,
@@ -46,6 +46,34 @@ class ModelHandler(abc.ABC):
         graph.prune()
         record_qdq_qparams(graph)
         return _validated(graph)
+
+
+_MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "ExpandDims", "Identity"}
+
+
+def _integer_inputs_checked(graph: Graph) -> Graph:
+    """ModelError if a non-float graph input feeds an op the SDK would quantize: integer
+    inputs may only feed ops that stay in the framework (a Cast, a Gather...)."""
+    for name in graph.inputs:
+        dtype = graph.tensors[name].dtype
+        if str(dtype).startswith(("float", "bfloat")):
+            continue
+        frontier, seen = [name], set()
+        while frontier:
+            tensor = frontier.pop()
+            for reader in graph.consumers(tensor):
+                if reader.op == "Opaque" or id(reader) in seen:
+                    continue
+                if reader.op in _MOVES_VALUES:  # an integer reshaped is still an integer
+                    seen.add(id(reader))
+                    frontier.extend(reader.outputs)
+                    continue
+                raise ModelError(
+                    f"input {name!r} is {dtype}: ratelnn quantizes float inputs, and an integer "
+                    f"input may only feed ops that stay in the framework (Cast, Gather, ...); "
+                    f"node {reader.name!r} ({reader.op}) reads it. Cast it to float in the "
+                    "model first, or make the input float")
+    return graph
 
 
 def _validated(graph: Graph) -> Graph:

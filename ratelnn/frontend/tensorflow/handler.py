@@ -20,7 +20,8 @@ class TFModelHandler(ModelHandler):
         oplib.tf_init()
 
     def translate(self, model: Any, config: QuantConfig) -> Graph:
-        return import_graphdef(model, config["input_nodes"], config["output_nodes"], config["input_shapes"])
+        return import_graphdef(model, config["input_nodes"], config["output_nodes"], config["input_shapes"],
+                               config.get("max_expanded_constant_bytes"))
 
     def export_graph(self, graph: Graph) -> Any:
         return export_graphdef(graph)

@@ -21,6 +21,12 @@ _VARIABLE_OPS = {
     "ResourceGatherNd", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
     "VarIsInitializedOp", "Assign", "AssignAdd", "AssignSub", "TemporaryVariable",
 }
+# TF1 control flow (tf.cond, tf.while_loop) and its functional forms: not supported
+_CONTROL_FLOW_OPS = {
+    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit",
+    "NextIteration", "RefNextIteration", "LoopCond", "If", "StatelessIf", "While",
+    "StatelessWhile", "Case", "StatelessCase", "_SwitchN",
+}
 # one-input pass-through ops (IdentityN has several)
 _IDENTITY_OPS = set(registry.get("Identity").tf) - {"IdentityN"}
 
@@ -73,6 +79,11 @@ def _check_acyclic(nodes: Dict[str, object]) -> None:
                 continue
             dep = _node_of(ref)
             if state.get(dep) == 1 and nodes[dep].op not in ("NextIteration", "RefNextIteration"):
+                loops = [n for n, nd in nodes.items() if nd.op in _CONTROL_FLOW_OPS]
+                if loops:
+                    raise ModelError(f"control flow is not supported: node {dep!r} "
+                                     f"({nodes[dep].op}) is part of a loop (tf.while_loop; "
+                                     f"control flow nodes such as {loops[:3]})")
                 raise ModelError(f"malformed GraphDef: cycle through node {dep!r}")
             if dep not in state:
                 state[dep] = 1
@@ -446,15 +457,28 @@ _TRANSLATORS: Dict[str, Callable] = registry.frontend_table("tf", {
 
 # ---------------------------------------------------------------- entry point
 def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[str],
-                    input_shapes: Sequence[Sequence[int]]) -> Graph:
+                    input_shapes: Sequence[Sequence[int]],
+                    max_expanded_constant_bytes: Optional[int] = None) -> Graph:
     """Translate a frozen GraphDef to the IR, with inputs specialised to ``input_shapes``
     (one shape per input node).  Raises ModelError for a malformed or unfrozen GraphDef,
-    unknown node names, or input shapes that do not fit the placeholders."""
+    unknown node names, input shapes that do not fit the placeholders, control flow the
+    outputs depend on, or compressed constants expanding beyond
+    ``max_expanded_constant_bytes`` (checked before any constant is expanded)."""
     nodes = _check_graph_def(graph_def)
     if len(input_shapes) != len(input_nodes):
         raise ModelError(f"{len(input_shapes)} input_shapes for {len(input_nodes)} input nodes")
     inputs = _resolve_names(input_nodes, nodes, "input node")
     outputs = _resolve_names(output_nodes, nodes, "output node")
+    needed = _needed(nodes, inputs, outputs)
+    flow = [nodes[n] for n in needed if nodes[n].op in _CONTROL_FLOW_OPS]
+    if flow:
+        shown = ", ".join(f"{nd.name!r} ({nd.op})" for nd in flow[:3])
+        raise ModelError(f"control flow is not supported: the outputs depend on {shown}"
+                         f"{f' and {len(flow) - 3} more' if len(flow) > 3 else ''} (tf.cond / "
+                         "tf.while_loop); export the model without it, or make the part after "
+                         "it a separate model")
+    if max_expanded_constant_bytes is not None:
+        _check_constant_sizes([nodes[n] for n in needed], max_expanded_constant_bytes)
     if any(nd.op.startswith("Ratel") for nd in nodes.values()):
         from ... import oplib
         oplib.tf_init()
@@ -512,6 +536,59 @@ def fold_conv_pads(graph: Graph) -> None:
             t, b, l, r = conv.attrs.get("pads", (0, 0, 0, 0))
             conv.attrs["pads"] = (t + top, b + bottom, l + left, r + right)
             conv.inputs[0] = pad.inputs[0]
+
+
+def _needed(nodes, inputs: List[str], outputs: List[str]) -> List[str]:
+    """Names of the nodes the outputs depend on (data edges, stopping at the inputs), in no
+    particular order; safe on cyclic (while-loop) graphs."""
+    stop = {_node_of(i) for i in inputs}
+    seen: set = set()
+    order: List[str] = []
+    stack = [_node_of(o) for o in outputs]
+    while stack:
+        name = stack.pop()
+        if name in seen or name in stop:
+            continue
+        seen.add(name)
+        order.append(name)
+        stack.extend(_node_of(r) for r in nodes[name].input if not r.startswith("^"))
+    return order
+
+
+def _const_bytes(nd) -> tuple:
+    """(bytes the Const's value takes expanded, bytes the NodeDef stores), without expanding."""
+    import tensorflow as tf
+    proto = nd.attr["value"].tensor
+    elements = 1
+    for d in proto.tensor_shape.dim:
+        elements *= max(int(d.size), 0)
+    try:
+        itemsize = tf.as_dtype(proto.dtype).size
+    except (TypeError, ValueError):
+        itemsize = 1
+    return elements * max(itemsize, 1), proto.ByteSize()
+
+
+def _check_constant_sizes(needed_nodes, limit: int) -> None:
+    """ModelError before folding if the constants a GraphDef stores compressed (a splat value
+    or fewer values than elements) would expand to more than ``limit`` bytes in total."""
+    total, worst = 0, None
+    for nd in needed_nodes:
+        if nd.op != "Const" or "value" not in nd.attr:
+            continue
+        expanded, stored = _const_bytes(nd)
+        if expanded > 2 * stored + 1024:
+            total += expanded
+            if worst is None or expanded > worst[1]:
+                worst = (nd, expanded)
+    if total > limit:
+        nd, size = worst
+        shape = [int(d.size) for d in nd.attr["value"].tensor.tensor_shape.dim]
+        raise ModelError(
+            f"constant {nd.name!r} of shape {shape} expands from {nd.ByteSize()} bytes to "
+            f"{size:,} bytes; the compressed constants of this GraphDef would take {total:,} "
+            f"bytes, more than max_expanded_constant_bytes = {limit:,} (a config key; raise it "
+            "if the model really needs them)")
 
 
 def _reachable(nodes, inputs: List[str], outputs: List[str]) -> list:
