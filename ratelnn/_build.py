@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, List, Sequence
 
+from .fileio import normal_mode
+
 OPS_DIR = Path(__file__).resolve().parent.parent / "ops"
 if not OPS_DIR.is_dir():  # installed non-editable: sources are shipped inside the package
     OPS_DIR = Path(__file__).resolve().parent / "_ops_src"
@@ -42,7 +44,7 @@ class BuildError(RuntimeError):
 
 def cache_dir() -> Path:
     d = Path(os.environ.get("RATELNN_CACHE_DIR") or Path.home() / ".cache" / "ratelnn")
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True)  # 0777 under the umask: 0755 usually
     return d
 
 
@@ -114,6 +116,8 @@ def _run_locked(target: Path, cmd_for_tmp) -> None:
         if proc.returncode != 0:
             os.unlink(tmp)
             raise BuildError(f"building {target.name} failed:\n$ {' '.join(cmd)}\n{proc.stdout}")
+        # mkstemp made it 0600 (the linker adds x bits): others must be able to load it
+        normal_mode(tmp, executable=target.suffix == ".so")
         os.replace(tmp, target)
 
 

@@ -6,6 +6,19 @@ import tempfile
 from typing import Callable, Union
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def normal_mode(path: "str | os.PathLike", executable: bool = False) -> None:
+    """Give ``path`` the mode a plain ``open``/``mkdir`` would: 0644 (0755 for libraries and
+    directories) under the process umask.  Temporary files are created 0600; a file renamed
+    into place keeps that mode unless it is reset."""
+    os.chmod(path, (0o777 if executable else 0o666) & ~_umask())
+
+
 def write_atomic(path: "str | os.PathLike", data: Union[bytes, Callable[[str], None]]) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder renamed into
     place: a reader sees the old file or the whole new one, and a failure leaves neither a
@@ -18,6 +31,7 @@ def write_atomic(path: "str | os.PathLike", data: Union[bytes, Callable[[str], N
             f.write(b"" if callable(data) else data)
         if callable(data):
             data(tmp)
+        normal_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -2,8 +2,14 @@
 forms, print the NPU profile and, with ``--analyze``, the per-layer precision table."""
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
 from pathlib import Path
-from typing import List
+from typing import Any, Callable, Dict, List
 
 from ..fileio import write_atomic
 from .common import (EXIT_OK, FRAMEWORKS, UsageError, check_model_path, detect_framework,
@@ -24,6 +30,9 @@ def add_parser(sub, parents) -> None:
     p.add_argument("--forms", default=",".join(FORMS), help="forms to write (default: cal,quant,npu)")
     p.add_argument("--device-info", help="JSON {device_id: cores}, e.g. '{\"0\": 2}'")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--fresh", action="store_true",
+                   help="delete the calibration statistics already in output_dir first "
+                        "(default: the new data is added to them)")
     p.add_argument("--analyze", action="store_true",
                    help="print the per-layer precision table (float vs npu, or quant without npu)")
     p.add_argument("--analyze-batches", type=int, default=ANALYZE_BATCHES, metavar="N",
@@ -37,6 +46,45 @@ def parse_forms(text: str) -> List[str]:
     if unknown or not forms:
         raise UsageError(f"--forms takes a comma-separated subset of {','.join(FORMS)}, got {text!r}")
     return [f for f in FORMS if f in forms]
+
+
+def write_forms(output_dir: Path, name: str, models: Dict[str, Any],
+                save: Callable[[Any, Path], List[str]]) -> List[str]:
+    """Write the forms of one build as a set: every file is written into a staging
+    directory inside ``output_dir`` first; then ``<name>_build.json`` (the set's manifest)
+    is removed, the files are renamed into place, and a new manifest listing each file's
+    SHA-256 is written last.  So a manifest present names files of one build only (a kill
+    between renames leaves no manifest); :func:`check_build` verifies one."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-build-", dir=output_dir))
+    try:
+        staged = [Path(p) for form, model in models.items() for p in save(model, staging / f"{name}_{form}")]
+        digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in staged}
+        manifest = output_dir / f"{name}_build.json"
+        if manifest.exists():
+            manifest.unlink()
+        for p in staged:
+            os.replace(p, output_dir / p.name)
+        write_atomic(manifest, (json.dumps({"build": uuid.uuid4().hex, "files": digests},
+                                           indent=1) + "\n").encode())
+        return [str(output_dir / p.name) for p in staged]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_build(output_dir: Path, name: str) -> List[str]:
+    """Problems of the build set ``<output_dir>/<name>_build.json`` ([] if whole and of one
+    build): a missing manifest, missing files, or files whose SHA-256 differs."""
+    manifest = Path(output_dir) / f"{name}_build.json"
+    if not manifest.is_file():
+        return [f"{manifest} is missing: the build did not complete"]
+    problems = []
+    for file, digest in json.loads(manifest.read_text())["files"].items():
+        path = Path(output_dir) / file
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            problems.append(f"{path} is not the file of this build")
+    return problems
 
 
 def build(args) -> int:
@@ -57,14 +105,21 @@ def build(args) -> int:
     output_dir = Path(conv.config["output_dir"])
     output_dir.mkdir(parents=True, exist_ok=True)
     if args.data is not None:
+        from ..calibration.manifest import start_fresh, statistics_files
+        previous = statistics_files(output_dir)
+        if previous and args.fresh:
+            say(f"--fresh: deleting the calibration statistics in {output_dir / 'ratel_stats'}")
+            start_fresh(output_dir)
+        elif previous:
+            say(f"reusing the calibration statistics in {output_dir / 'ratel_stats'} "
+                f"({len(previous)} file(s)): the new data is added to them; --fresh starts over")
         conv.calibrate(args.data, progress=progress)
     models = {}
     for form in forms:
         say(f"making the {form} model")
         models[form] = getattr(conv, f"to_{form}")()
-    for form, model in models.items():
-        for path in frontend(framework).model_io.save_model(model, output_dir / f"{conv.graph.name}_{form}"):
-            print(f"wrote {path}")
+    for path in write_forms(output_dir, conv.graph.name, models, frontend(framework).model_io.save_model):
+        print(f"wrote {path}")
     if "npu" in models:
         from ..profile import model_engines, profile
         if model_engines(models["npu"]):

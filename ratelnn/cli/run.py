@@ -7,9 +7,14 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from ..errors import RatelError
 from ..fileio import write_atomic
 from .common import (EXIT_OK, FRAMEWORKS, UsageError, detect_framework, existing, frontend, load_model,
                      model_structure, one_line)
+
+
+class InputError(RatelError, ValueError):
+    """The input data's contents are unusable (NaN/Inf, strings): exit code 1."""
 
 
 def add_parser(sub, parents) -> None:
@@ -27,6 +32,11 @@ def load_input(path: str) -> Any:
     """An array, a ``.npz`` archive, or the dict of arrays of a pickled ``np.save(path, {...})``
     (unpickled: trusted files only); archives and dicts give ``{input name: array}``."""
     existing(path, "input file")
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
+        raise UsageError(f"input file {path}: not a .npy or .npz file (it starts with {magic!r}); "
+                         "save the input with numpy.save or numpy.savez")
     try:
         value = np.load(path, allow_pickle=False)
         if isinstance(value, np.lib.npyio.NpzFile):
@@ -61,6 +71,11 @@ def feeds_for(data: Any, inputs: List[Dict[str, Any]], names: Optional[List[str]
     for k, v in feeds.items():
         dtype = dtypes.get(k.split(":")[0], "")
         v = np.asarray(v)
+        if v.dtype.kind not in "fiub":
+            raise InputError(f"input {k!r} holds {v.dtype} values; expected real numbers")
+        if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
+            bad = int(np.count_nonzero(~np.isfinite(v)))
+            raise InputError(f"input {k!r} holds {bad} NaN or Inf value(s) of {v.size}")
         # float inputs are converted to the input's float type (np.save keeps float64)
         out[k] = v.astype(dtype) if v.dtype.kind == "f" and dtype.startswith("float") else v
     return out
