@@ -16,7 +16,13 @@ rounds (the order rotates every round) on the same random batch:
   num_threads=2)``, decoded once) and Dequant in Python; the table says which.
 
 Reported: median ms per batch of each contender and the ratios compiled / TF FP32
-(target <= 1.0) and compiled / TFLite int8 (direction: <= 1.5).  ``--profile`` also runs
+(target <= 1.0) and compiled / TFLite int8 (direction: <= 1.5); the compiled model's
+achieved GMAC/s (CONV2D and FULLY_CONNECTED multiply-adds of its engines / compiled time)
+and its fraction of the machine's measured peak (``ratelnn.npu.native.peak_gmacs``: a tight
+loop of the kernel path's multiply-add instruction, vpdpbusd on avx512_vnni, per core, times
+the threads); and for each model the conversion time, ``to_npu()`` (the calibrated converter
+to the compiled GraphDef) vs the TFLite converter's ``convert()`` (its calibration on 4
+images included), measured in the same run.  ``--profile`` also runs
 the compiled engines with ``RATELNN_NPU_PROFILE=1`` (per-instruction microseconds from the
 native executor) and prints the time per opcode and the slowest instructions.
 
@@ -79,15 +85,22 @@ def session_runner(graph_def, input_tensor: str, output_tensor: str, threads: in
     return lambda batch: sess.run(y, {x: batch})
 
 
+TFLITE_CONVERT_SECONDS: Dict[str, float] = {}  # per model: the converter's convert() time
+
+
 def tflite_runner(model, batch_size: int, threads: int) -> Callable:
-    """f(batch) -> output of the full-integer TFLite model of ``model`` (XNNPACK)."""
+    """f(batch) -> output of the full-integer TFLite model of ``model`` (XNNPACK); the time
+    of ``convert()`` goes to TFLITE_CONVERT_SECONDS[model.name]."""
     import tensorflow as tf
     conv = tf.lite.TFLiteConverter.from_keras_model(model)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     calibration = random_images(4, seed=1)
     conv.representative_dataset = lambda: ([calibration[i:i + 1]] for i in range(len(calibration)))
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    interp = tf.lite.Interpreter(model_content=conv.convert(), num_threads=threads)
+    start = time.perf_counter()
+    flat = conv.convert()
+    TFLITE_CONVERT_SECONDS[model.name] = time.perf_counter() - start
+    interp = tf.lite.Interpreter(model_content=flat, num_threads=threads)
     inp = interp.get_input_details()[0]["index"]
     interp.resize_tensor_input(inp, [batch_size, *IMAGE_SHAPE])
     interp.allocate_tensors()
@@ -135,20 +148,43 @@ def ir_runner(compiled_graph, threads: int) -> Callable:
     return run
 
 
-def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -> Tuple[Callable, str, object]:
-    """``(f, how, compiled IR)``: the compiled model in a Session (``how = "TF Session"``) when
-    ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by :func:`ir_runner`."""
+def engine_macs(compiled_ir, batch_size: int) -> int:
+    """Multiply-adds of the CONV2D and FULLY_CONNECTED instructions of every engine of
+    ``compiled_ir`` at ``batch_size``."""
+    from ratelnn.npu.engine import OPCODES, Engine
+    gemm_ops = {OPCODES["CONV2D"], OPCODES["FULLY_CONNECTED"]}
+    total = 0
+    for node in compiled_ir.nodes:
+        if node.op != "Engine":
+            continue
+        eng = Engine.from_bytes(node.attrs["engine"])
+        for ins in eng.instructions:
+            if ins.opcode not in gemm_ops:
+                continue
+            w = eng.constants[ins.consts[0]].shape
+            out = eng.tensors[ins.outputs[0]].shape
+            per_sample = int(np.prod(out[1:])) * int(np.prod(w[:-1]))  # each output: K = prod(w[:-1]) MACs
+            total += batch_size * per_sample
+    return total
+
+
+def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -> Tuple[Callable, str, object, float]:
+    """``(f, how, compiled IR, to_npu seconds)``: the compiled model in a Session (``how = "TF
+    Session"``) when ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by
+    :func:`ir_runner`."""
     from ratelnn.compiler import compile_graph
     from ratelnn.errors import ModelError
     compiled_ir = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
+    start = time.perf_counter()
     try:
         graph_npu = conv.to_npu()
     except ModelError as e:
         print(f"  to_npu() not exportable ({e}); timing the engines through Engine.run", file=sys.stderr)
-        return ir_runner(compiled_ir, threads), "engines via Engine.run (Python)", compiled_ir
+        return ir_runner(compiled_ir, threads), "engines via Engine.run (Python)", compiled_ir, float("nan")
+    to_npu_s = time.perf_counter() - start
     if not any(n.op == "RatelEngineOp" for n in graph_npu.node):
         raise RuntimeError("to_npu() returned a GraphDef without RatelEngineOp nodes")
-    return session_runner(graph_npu, input_tensor, output_tensor, threads), "TF Session", compiled_ir
+    return session_runner(graph_npu, input_tensor, output_tensor, threads), "TF Session", compiled_ir, to_npu_s
 
 
 # ------------------------------------------------------------------ timing
@@ -211,23 +247,37 @@ def profile_summary(rows: List[Tuple[str, str, float]], top: int = 6) -> List[st
 
 
 # ------------------------------------------------------------------ report
-def report(results, profiles, args, command: str) -> str:
+def report(results, profiles, args, command: str, peak: Dict[str, float], conversions, load_start: float) -> str:
     import tensorflow as tf
+    peak_total = peak["gmacs_per_core"] * args.threads
     lines = ["### Compiled model vs TF FP32 and TFLite int8", "",
              f"Command: `{command}`", "",
              f"Keras applications (weights=None, 224x224x3), {args.threads} threads for every contender, "
              f"median of {args.repeats} interleaved rounds (order rotating). TensorFlow {tf.__version__}, "
-             f"{cpu_name()}, {os.cpu_count()} logical CPUs, load average {os.getloadavg()[0]:.2f} at the end. "
+             f"{cpu_name()}, {os.cpu_count()} logical CPUs, load average {load_start:.2f} at the start and "
+             f"{os.getloadavg()[0]:.2f} at the end (shared machine). "
              "`compiled` runs: " + ", ".join(sorted({r['how'] for r in results})) + ".", "",
+             f"Measured peak: {peak['gmacs_per_core']:.1f} GMAC/s per core with `{peak['instruction']}` "
+             f"(kernel path {peak['path']}, a register-only loop, one thread; the median of 5), so "
+             f"{peak_total:.1f} GMAC/s for {args.threads} threads if the cores are not shared.", "",
              "| model | batch | TF FP32 ms | TFLite int8 ms | compiled ms | compiled / TF FP32 | "
-             "compiled / TFLite int8 |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "compiled / TFLite int8 | compiled GMAC/s | of peak |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         m = r["medians"]
         rt, rl = m["compiled"] / m["TF FP32"], m["compiled"] / m["TFLite int8"]
         met = "met" if rt <= TARGET_TF else "NOT met"
+        gmacs = r["macs"] / m["compiled"] / 1e9
         lines.append(f"| {r['arch']} | {r['batch']} | {1e3 * m['TF FP32']:.1f} | {1e3 * m['TFLite int8']:.1f} | "
-                     f"{1e3 * m['compiled']:.1f} | {rt:.2f} ({met}: <= {TARGET_TF}) | {rl:.2f} (<= {TARGET_TFLITE}) |")
+                     f"{1e3 * m['compiled']:.1f} | {rt:.2f} ({met}: <= {TARGET_TF}) | {rl:.2f} (<= {TARGET_TFLITE}) | "
+                     f"{gmacs:.1f} | {100 * gmacs / peak_total:.0f} % |")
+    if conversions:
+        lines += ["", "Conversion time (same run; `to_npu()` after calibration, the TFLite converter's "
+                  "`convert()` with its own calibration on 4 images):", "",
+                  "| model | batch | to_npu() s | TFLite convert() s | to_npu / TFLite (target <= 0.5) |",
+                  "|---|---:|---:|---:|---:|"]
+        for arch, batch, ours, theirs in conversions:
+            lines.append(f"| {arch} | {batch} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
     if profiles:
         lines += ["", "#### Where the compiled time goes (RATELNN_NPU_PROFILE=1)", ""]
         for (arch, batch), rows in profiles.items():
@@ -247,7 +297,11 @@ def main() -> int:
     import ratelnn
     from ratelnn.frontend.tensorflow import freeze_keras
     ratelnn.tf_init()
-    results, profiles = [], {}
+    from ratelnn.npu.native import peak_gmacs
+    load_start = os.getloadavg()[0]
+    peak = peak_gmacs()
+    print(f"peak: {peak}", file=sys.stderr, flush=True)
+    results, profiles, conversions = [], {}, []
     for arch in args.models.split(","):
         model = keras_model(arch)
         graph_def, inputs, outputs = freeze_keras(model)
@@ -256,12 +310,15 @@ def main() -> int:
             print(f"{arch} batch {batch_size}: preparing", file=sys.stderr, flush=True)
             with tempfile.TemporaryDirectory(prefix="ratelnn-speed-") as output_dir:
                 conv = compiled_converter(graph_def, inputs, outputs, batch_size, output_dir)
-                compiled, how, compiled_ir = compiled_runner(conv, in_t, out_t, args.threads)
+                compiled, how, compiled_ir, to_npu_s = compiled_runner(conv, in_t, out_t, args.threads)
             runners = {"TF FP32": session_runner(graph_def, in_t, out_t, args.threads),
                        "TFLite int8": tflite_runner(model, batch_size, args.threads),
                        "compiled": compiled}
+            if batch_size == int(args.batches.split(",")[0]):
+                conversions.append((arch, batch_size, to_npu_s, TFLITE_CONVERT_SECONDS[model.name]))
             medians = time_interleaved(runners, random_images(batch_size, seed=2), args.repeats)
-            results.append({"arch": arch, "batch": batch_size, "medians": medians, "how": how})
+            results.append({"arch": arch, "batch": batch_size, "medians": medians, "how": how,
+                            "macs": engine_macs(compiled_ir, batch_size)})
             print(f"{arch} batch {batch_size}: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in medians.items())
                   + f"; compiled/TF {medians['compiled'] / medians['TF FP32']:.2f}, "
                   f"compiled/TFLite {medians['compiled'] / medians['TFLite int8']:.2f}", file=sys.stderr, flush=True)
@@ -269,7 +326,7 @@ def main() -> int:
                 profiles[(arch, batch_size)] = engine_profile(compiled_ir, batch_size, args.threads)
             del runners, compiled
     command = "python bench/emulator_speed.py " + " ".join(sys.argv[1:])
-    text = report(results, profiles, args, command.strip())
+    text = report(results, profiles, args, command.strip(), peak, conversions, load_start)
     print(text)
     if str(args.doc) != "-":
         write_section("emulator-speed", text, args.doc)
