@@ -236,3 +236,20 @@ def test_epilogue_shift_boundaries(data):
           act_min=0 if data.draw(st.booleans()) else None)
     b.set_io([tx], [ty])
     check(b, [x])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_requant_every_shift(data):
+    """REQUANT (the vectorised scale_add_requant: 16 lanes on AVX-512, 8 on AVX2) with shifts
+    0..62, multipliers up to 2^31 - 1, row lengths around the vector widths."""
+    xdt, ydt = data.draw(ACT), data.draw(ACT)
+    shape = (data.draw(st.integers(1, 2)), data.draw(st.one_of(st.integers(1, 40), st.sampled_from([15, 16, 17, 31, 33]))))
+    s = data.draw(st.integers(0, 62))
+    m = data.draw(st.integers(0, 2 ** 31 - 1))
+    x = rand_codes(data, shape, xdt)
+    b = EngineBuilder("requant", shape[0])
+    tx, ty = b.tensor("x", shape, xdt, 0.1), b.tensor("y", shape, ydt, 0.1)
+    b.add("REQUANT", [tx], [ty], multipliers=[m], shifts=[s])
+    b.set_io([tx], [ty])
+    check(b, [x])
