@@ -339,6 +339,9 @@ class RayExecutor:
     def _on_shard_done(self, shard: int, actor_index: int) -> None:
         """Called on the driver after each shard result arrives (a hook for tests)."""
 
+    def _on_shard_submitted(self, shard: int, actor_index: int) -> None:
+        """Called on the driver right after a shard is sent to an actor (a hook for tests)."""
+
     # ---- shards
     def _shards(self, converter: Any, data: Any, batch_size: Optional[int]):
         """(number of batches or None, iterator of shard payloads)."""
@@ -404,6 +407,7 @@ class RayExecutor:
             inflight[ref] = (shard, payload, size, attempts, index, self.actors[index])
             load[index] += 1
             report.attempts += 1
+            self._on_shard_submitted(shard, index)
 
         label = f"calibrate on {self.num_workers} Ray workers"
         with Progress(total, label, enabled=progress) as bar:

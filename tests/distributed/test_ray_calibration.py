@@ -98,15 +98,21 @@ def test_every_method_identical_thresholds_and_models(model, single, distributed
 
 
 def test_killed_worker_retries_its_shards_only(model, single, executor, tmp_path, monkeypatch):
-    killed = []
+    killed, pid_of = [], {}
 
-    def kill_the_other(shard, actor_index):
-        if not killed:
-            victim = executor.actors[1 - actor_index]
-            killed.append(ray.get(victim.pid.remote()))
-            ray.kill(victim)
+    def note_pid(shard, actor_index):
+        pid_of[actor_index] = executor.last_run.pids[shard]
 
-    monkeypatch.setattr(executor, "_on_shard_done", kill_the_other)
+    def kill_while_it_holds_a_shard(shard, actor_index):
+        """Once an actor has returned a shard, kill it right after it is sent another: that
+        shard is in flight on it, so it must be retried elsewhere (deterministic, unlike
+        killing an actor that may already have returned everything)."""
+        if actor_index in pid_of and not killed:
+            killed.append(pid_of[actor_index])
+            ray.kill(executor.actors[actor_index])
+
+    monkeypatch.setattr(executor, "_on_shard_done", note_pid)
+    monkeypatch.setattr(executor, "_on_shard_submitted", kill_while_it_holds_a_shard)
     stats = _converter(model, tmp_path).calibrate(model[3], progress=False, executor=executor)
     report = executor.last_run
     assert report.workers_lost == 1 and report.retried_shards
@@ -119,10 +125,10 @@ def test_killed_worker_retries_its_shards_only(model, single, executor, tmp_path
 def test_out_of_attempts_fails_clearly_and_writes_nothing(model, executor, tmp_path, monkeypatch):
     from ratelnn.errors import CalibrationError
 
-    def kill_the_other(shard, actor_index):
-        ray.kill(executor.actors[1 - actor_index])
+    def kill_it_with_its_shard(shard, actor_index):
+        ray.kill(executor.actors[actor_index])   # the shard just sent is lost with it
 
-    monkeypatch.setattr(executor, "_on_shard_done", kill_the_other)
+    monkeypatch.setattr(executor, "_on_shard_submitted", kill_it_with_its_shard)
     monkeypatch.setattr(executor, "max_attempts", 1)
     with pytest.raises(CalibrationError, match=r"lost with its worker.*no statistics were written"):
         _converter(model, tmp_path).calibrate(model[3], progress=False, executor=executor)
