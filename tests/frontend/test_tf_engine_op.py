@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 from ratelnn.npu.engine import EngineBuilder, make_lut, make_softmax_table, quantize_multiplier
-from ratelnn.proto import engine_pb2 as pb
 
-from helpers.engines import engines_without_names
+from helpers.engines import engine_mutations, engines_without_names
 
 import tensorflow as tf
 
@@ -180,35 +179,6 @@ def test_runs_record_predicted_device_time(ops):
     assert npu.device_times() == {}
 
 
-# ---------------------------------------------------------------- hostile engines
-def mutations(good: bytes, count: int, seed: int) -> list:
-    """``count`` corruptions of ``good``: truncations, bit flips, huge or zero dims,
-    appended junk and injected 10-byte varints, in turn."""
-    rng = np.random.default_rng(seed)
-    proto = pb.Engine.FromString(good)
-    out = []
-    for k in range(count):
-        kind = k % 5
-        data = bytearray(good)
-        if kind == 0:
-            data = data[: rng.integers(0, len(data))]
-        elif kind == 1:
-            for _ in range(rng.integers(1, 4)):
-                data[rng.integers(0, len(data))] ^= 1 << int(rng.integers(0, 8))
-        elif kind == 2:
-            data += rng.integers(0, 256, rng.integers(1, 40)).astype(np.uint8).tobytes()
-        elif kind == 3:
-            p = pb.Engine()
-            p.CopyFrom(proto)
-            t = p.tensors[rng.integers(0, len(p.tensors))]
-            t.shape[rng.integers(0, len(t.shape))] = int(rng.choice([1 << 31, 1 << 40, 1 << 62, 0, -1, 1 << 20]))
-            data = bytearray(p.SerializeToString())
-        else:
-            pos = rng.integers(0, len(data))
-            data[pos:pos] = bytes([0xff] * 9 + [0x01])
-        out.append(bytes(data))
-    return out
-
 
 def test_hostile_engines_never_crash_a_bare_tf_process(ops, tmp_path):
     import ratelnn
@@ -216,7 +186,7 @@ def test_hostile_engines_never_crash_a_bare_tf_process(ops, tmp_path):
     engine = two_input_engine()
     ir, graph_def = engine_graph_def(engine)
     (tmp_path / "graph.pb").write_bytes(graph_def.SerializeToString())
-    cases = mutations(engine.to_bytes(), 300, seed=3)
+    cases = engine_mutations(engine.to_bytes(), 300, seed=3)
     with open(tmp_path / "engines.pkl", "wb") as f:
         pickle.dump(cases, f)
     feeds = {}

@@ -134,3 +134,33 @@ def engines_without_names(graph_def) -> list:
                 item.name = ""
             engines.append(proto.SerializeToString())
     return engines
+
+
+# ---------------------------------------------------------------- hostile engines
+def engine_mutations(good: bytes, count: int, seed: int) -> list:
+    """``count`` corruptions of ``good``: truncations, bit flips, huge or zero dims,
+    appended junk and injected 10-byte varints, in turn."""
+    rng = np.random.default_rng(seed)
+    proto = pb.Engine.FromString(good)
+    out = []
+    for k in range(count):
+        kind = k % 5
+        data = bytearray(good)
+        if kind == 0:
+            data = data[: rng.integers(0, len(data))]
+        elif kind == 1:
+            for _ in range(rng.integers(1, 4)):
+                data[rng.integers(0, len(data))] ^= 1 << int(rng.integers(0, 8))
+        elif kind == 2:
+            data += rng.integers(0, 256, rng.integers(1, 40)).astype(np.uint8).tobytes()
+        elif kind == 3:
+            p = pb.Engine()
+            p.CopyFrom(proto)
+            t = p.tensors[rng.integers(0, len(p.tensors))]
+            t.shape[rng.integers(0, len(t.shape))] = int(rng.choice([1 << 31, 1 << 40, 1 << 62, 0, -1, 1 << 20]))
+            data = bytearray(p.SerializeToString())
+        else:
+            pos = rng.integers(0, len(data))
+            data[pos:pos] = bytes([0xff] * 9 + [0x01])  # a 10-byte varint in the middle
+        out.append(bytes(data))
+    return out

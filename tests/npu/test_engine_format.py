@@ -84,30 +84,11 @@ def test_bad_bytes_raise():
 FUZZ_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
-    from helpers.engines import small_engine_builder
+    from helpers.engines import engine_mutations, small_engine_builder
     from ratelnn.npu.engine import Engine, EngineError
-    from ratelnn.proto import engine_pb2 as pb
     b = small_engine_builder(); b.plan_memory(); good = b.to_bytes()
-    rng = np.random.default_rng({seed})
     counts = {{"error": 0, "ran": 0}}
-    for k in range({n}):
-        kind = k % 5
-        data = bytearray(good)
-        if kind == 0:
-            data = data[: rng.integers(0, len(data))]
-        elif kind == 1:
-            for _ in range(rng.integers(1, 4)):
-                data[rng.integers(0, len(data))] ^= 1 << int(rng.integers(0, 8))
-        elif kind == 2:
-            data += rng.integers(0, 256, rng.integers(1, 40)).astype(np.uint8).tobytes()
-        elif kind == 3:
-            p = pb.Engine(); p.ParseFromString(good)
-            t = p.tensors[rng.integers(0, len(p.tensors))]
-            t.shape[rng.integers(0, len(t.shape))] = int(rng.choice([1 << 31, 1 << 40, 1 << 62, 0, 1 << 20]))
-            data = bytearray(p.SerializeToString())
-        else:
-            pos = rng.integers(0, len(data))
-            data[pos:pos] = bytes([0xff] * 9 + [0x01])  # a 10-byte varint in the middle
+    for data in engine_mutations(good, {n}, {seed}):
         try:
             eng = Engine.from_bytes(bytes(data))
         except EngineError:
