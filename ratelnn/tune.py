@@ -57,7 +57,11 @@ PASS_OFF = {"equalization": False, "bias_correction": "none", "adaround_iteratio
 # candidate moves off the NPU are charged; ops every candidate leaves on the CPU are not.
 HOST_FLOAT_MACS_PER_S = 50e9
 HOST_LAYER_OVERHEAD_S = 2e-6   # assumed per host op (dispatch, a quantization border)
-MIN_GAIN = 1e-6          # a change is kept when it raises the metric by more than this
+# auto_int16 (docs/quantization.md §4) at its defaults, then with a larger budget
+AUTO_INT16 = (("auto_int16", {"auto_int16": True}),
+              ("auto_int16 (40 dB, 30%)", {"auto_int16": True, "auto_int16_sqnr_db": 40.0,
+                                           "auto_int16_max_fraction": 0.3}))
+MIN_GAIN = 1e-4          # a change is kept when it raises the metric by more than this
 
 
 # ------------------------------------------------------------------ results
@@ -357,9 +361,12 @@ class Tuner:
                 self.baseline_quantized = set(make_plan(conv.graph, dict(self.conv.config, **p.settings)).quantized_nodes)
             if best is None or self._better(p, best):
                 best = p
-        p = self.evaluate(f"{best.settings['quantize_algorithm']} + auto_int16",
-                          dict(best.settings, auto_int16=True))
-        return p if self._better(p, best) and self._meets(p) else best
+        found = best
+        for label, extra in AUTO_INT16:
+            p = self.evaluate(f"{best.settings['quantize_algorithm']} + {label}", dict(best.settings, **extra))
+            if self._better(p, found):
+                found = p
+        return found
 
     def _stage_passes(self, best: Point) -> Point:
         for key, values in self.known_passes:
@@ -403,6 +410,9 @@ class Tuner:
             if node is not None and node.name in quantized and not is_scale_preserving(node):
                 return (node.name, [{"layer_name": node.name, "data_type": "int16"}],
                         [{"layer_name": node.name, "data_type": "fp32"}])
+            if node is not None and node.name not in quantized:   # border: a float op's output
+                readers = [n.name for n in graph.consumers(t) if n.name in quantized]
+                return (t, [], [{"layer_name": r, "data_type": "fp32"} for r in readers])
             return None
 
         scored = []
@@ -427,21 +437,53 @@ class Tuner:
 
     def _stage_layers(self, best: Point) -> Point:
         ranked = self._ranked_layers(best)
-        base_layers = best.settings["layer_configs"]
-        chosen: List[Dict[str, str]] = []
-        for kind in (1, 2):   # int16, then fp32
-            dtype = "int16" if kind == 1 else "fp32"
-            for entry in ranked:
-                if self._meets(best):
-                    return best
-                trial = [e for e in chosen if e["layer_name"] != entry[0]] + entry[kind]
-                if trial == chosen:
-                    continue
-                s = dict(best.settings, layer_configs=base_layers[:len(self.user_layers)] + trial)
-                p = self.evaluate(f"{best.settings['quantize_algorithm']} + {len(trial)} layer(s): {entry[0]} {dtype}", s)
-                if self._better(p, best):
-                    best, chosen = p, trial
+        for kind, dtype in ((1, "int16"), (2, "fp32")):
+            if self._meets(best):
+                break
+            best = self._prefixes(best, [r for r in ranked if r[kind]], kind, dtype)
         return best
+
+    def _prefixes(self, best: Point, options, kind: int, dtype: str) -> Point:
+        """``dtype`` on the first k of ``options`` (least precise first) on top of ``best``,
+        k = 1, 2, 4, ... all; bisected down to the fewest layers that meet the target, or up to
+        the most that stay within the latency limit.  Returns the best point found."""
+        current = {e["layer_name"]: e for e in best.settings["layer_configs"][len(self.user_layers):]}
+        method = best.settings["quantize_algorithm"]
+
+        def trial(k: int) -> Point:
+            entries = dict(current)
+            for option in options[:k]:
+                entries.pop(option[0], None)
+                entries.update((e["layer_name"], e) for e in option[kind])
+            settings = dict(best.settings, layer_configs=self.user_layers + list(entries.values()))
+            return self.evaluate(f"{method} + {dtype} on the {k} least precise layer(s)", settings)
+
+        sizes = sorted({min(2 ** i, len(options)) for i in range(len(options).bit_length() + 1)} - {0})
+        found, below = best, 0
+        for k in sizes:
+            p = trial(k)
+            if p.metric is None:          # over the latency limit: the most layers that fit
+                while k - below > 1:
+                    mid = (below + k) // 2
+                    q = trial(mid)
+                    if q.metric is None:
+                        k = mid
+                    else:
+                        below = mid
+                        found = q if self._better(q, found) else found
+                return found
+            if self._meets(p):            # the fewest layers that meet the target
+                while k - below > 1:
+                    mid = (below + k) // 2
+                    q = trial(mid)
+                    if self._meets(q):
+                        k, p = mid, q
+                    else:
+                        below = mid
+                return p
+            found = p if self._better(p, found) else found
+            below = k
+        return found
 
     def _stage_prune(self, best: Point) -> Point:
         layers = best.settings["layer_configs"][len(self.user_layers):]

@@ -80,7 +80,7 @@ def test_target_met_within_latency(tuned):
     assert r.met and r.metric >= 0.99
     assert r.latency_s <= 1.3 * r.baseline_latency_s
     assert r.chosen in r.pareto
-    assert "int16" in str(r.config["layer_configs"]) or "fp32" in str(r.config["layer_configs"])
+    assert r.config["auto_int16"] or r.config["layer_configs"]    # some tensor left int8
 
 
 def test_pareto_front_is_monotone_and_non_dominated(tuned):
