@@ -437,10 +437,12 @@ class Tuner:
 
     def _stage_layers(self, best: Point) -> Point:
         ranked = self._ranked_layers(best)
-        for kind, dtype in ((1, "int16"), (2, "fp32")):
+        start = best
+        for kind, dtype in ((1, "int16"), (2, "fp32")):   # each from the same start
             if self._meets(best):
                 break
-            best = self._prefixes(best, [r for r in ranked if r[kind]], kind, dtype)
+            p = self._prefixes(start, [r for r in ranked if r[kind]], kind, dtype)
+            best = p if self._meets(p) or self._better(p, best) else best
         return best
 
     def _prefixes(self, best: Point, options, kind: int, dtype: str) -> Point:
