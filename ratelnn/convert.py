@@ -32,6 +32,9 @@ class ConvertImpl:
         self.config = config_mod.normalize(config, model_handler.framework)
         self.device_info = dict(device_info or {})
         self.graph: Graph = model_handler.import_graph(graph_def, self.config)
+        if self.config["equalization"]:   # before calibration: the statistics are of this graph
+            from .ir.equalize import equalize
+            equalize(self.graph, self.config["equalization_iterations"])
         # names the engines (<model>_engine_<k>) and their device-time counters
         self.graph.name = model_name(self.config)
 
