@@ -32,6 +32,7 @@ import numpy as np
 
 from .evaluate import evaluate_node
 from .graph import Graph, Node
+from .passes import BN_STATS
 
 _HOMOGENEOUS_ACTS = ("none", "relu", "leaky_relu", "prelu")
 _CHANNEL_OPS = ("MaxPool", "AvgPool", "Pad")
@@ -166,6 +167,7 @@ def _equalize_pair(graph: Graph, pair: Pair) -> float:
         w2[ix] *= s[i]
     # (PReLU/LeakyReLU slopes, per channel or not, commute with a positive scale)
     _store(graph, pair.producer, w1 / s, b1 / s if len(pair.producer.inputs) > 2 else None)
+    _update_bn_stats(graph, pair.producer, scale=s)
     _store(graph, pair.consumer, w2, None)
     return float(np.max(np.abs(s - 1.0)))
 
@@ -200,7 +202,22 @@ def _absorb_bias(graph: Graph, pair: Pair) -> bool:
     else:
         c.inputs.append(name)
     p.inputs[2] = graph.add_param(graph.unique_name(f"{p.name}/absorbed_bias"), np.zeros_like(b1))
+    _update_bn_stats(graph, p, shift=b1.astype(np.float64))
     return True
+
+
+def _update_bn_stats(graph: Graph, node: Node, scale=None, shift=None) -> None:
+    """Keep the BatchNorm statistics of ``node``'s pre-activation (passes.BN_STATS) true
+    after its channels were divided by ``scale`` or its bias lowered by ``shift``."""
+    stats = graph.meta.get(BN_STATS, {})
+    if node.outputs[0] not in stats:
+        return
+    mean, std = stats[node.outputs[0]]
+    if scale is not None and mean.size == scale.size:
+        mean, std = mean / scale, std / scale
+    if shift is not None and mean.size == shift.size:
+        mean = mean - shift
+    stats[node.outputs[0]] = (mean, std)
 
 
 def equalize(graph: Graph, iterations: int = 8, absorb_bias: bool = True) -> int:
