@@ -153,12 +153,8 @@ class CalibrationWorker:
         from .calibration.data import CalibrationData
         data = CalibrationData(payload["path"], payload["inputs"], payload["config"],
                                payload["batch_size"], self.framework)
-        start, stop = payload["start"], payload["stop"]
-        for index, batch in enumerate(data):
-            if index >= stop:
-                break
-            if index >= start:
-                yield batch.feeds
+        for batch in data.batches(payload["start"], payload["stop"]):
+            yield batch.feeds
 
     def run(self, key: str, model_ref: List[Any], output_nodes: Sequence[str], shard: int,
             attempt: int, payload: Dict[str, Any]) -> Dict[str, Any]:
