@@ -594,9 +594,9 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
     def run_all(model) -> tuple:
         """(float, model) first-output values per batch over all the analyzed batches."""
         check = _Measure(conv.graph, model, [], outputs[:1], {}, batches.batch_size)
-        blocks = (check(itertools.islice(batches, max_batches)),) if executor is None else \
-            executor.map_blocks(check, ((b.feeds, b.size) for b in itertools.islice(batches, max_batches)),
-                                total=total, label="analyze (check)", progress=progress)
+        block = ((b.feeds, b.size) for b in itertools.islice(batches, max_batches))
+        blocks = (check(block),) if executor is None else \
+            executor.map_blocks(check, block, total=total, label="analyze (check)", progress=progress)
         return ([v for b in blocks for v in b[1][outputs[0]]], [v for b in blocks for v in b[2][outputs[0]]])
 
     suggestions, check = _checked(conv, stats, against, suggestions, run_all,
