@@ -6,6 +6,7 @@ Several models compiled together: :class:`ratelnn.joint.convert.JointConvertImpl
 """
 from __future__ import annotations
 
+import collections.abc
 from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
@@ -138,7 +139,8 @@ class ConvertImpl:
         ``ratelnn.distributed.RayExecutor`` (docs/distributed.md), with the same result."""
         if executor is not None:
             stats = executor.calibrate(self, data, batch_size, progress)
-            self.keep_sample(data, batch_size)
+            if not isinstance(data, collections.abc.Iterator):   # a one-shot iterator is spent
+                self.keep_sample(data, batch_size)
             return stats
         from .calibration.progress import Progress
         from .calibration.stats import load_statistics
@@ -158,6 +160,8 @@ class ConvertImpl:
         that need data (``bias_correction="empirical"``, ``adaround_iterations``; docs/
         quantization.md, "Accuracy passes"); ``calibrate()`` does it itself.  Returns the
         number of samples kept."""
+        if self.config["accuracy_samples"] == 0:
+            return 0
         kept = None
         for batch in self.calibration_data(data, batch_size):
             kept = self._keep(batch, kept)
