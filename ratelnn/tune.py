@@ -49,7 +49,7 @@ METHODS = ("naive", "kld", "percentile", "mse")
 PASSES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
     ("equalization", (True,)),
     ("bias_correction", ("empirical", "analytic")),
-    ("adaround_iterations", (500,)),
+    ("adaround_iterations", (200,)),
 )
 PASS_OFF = {"equalization": False, "bias_correction": "none", "adaround_iterations": 0}
 # Assumed host throughput for layers a candidate keeps in fp32 (they leave the NPU and run on
