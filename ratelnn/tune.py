@@ -361,9 +361,12 @@ class Tuner:
                 self.baseline_quantized = set(make_plan(conv.graph, dict(self.conv.config, **p.settings)).quantized_nodes)
             if best is None or self._better(p, best):
                 best = p
+        return best
+
+    def _stage_auto_int16(self, best: Point) -> Point:
         found = best
         for label, extra in AUTO_INT16:
-            p = self.evaluate(f"{best.settings['quantize_algorithm']} + {label}", dict(best.settings, **extra))
+            p = self.evaluate(f"{best.label} + {label}", dict(best.settings, **extra))
             if self._better(p, found):
                 found = p
         return found
@@ -507,6 +510,8 @@ class Tuner:
             try:
                 best = self._stage_methods()
                 best = self._stage_passes(best)
+                if not self._meets(best):
+                    best = self._stage_auto_int16(best)
                 if not self._meets(best):
                     best = self._stage_layers(best)
                 if self._meets(best) and best.settings["layer_configs"] != self.user_layers:
