@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from pretrained import (ONET_INPUT, PNET_INPUT, RNET_INPUT, load_emotion, load_mtcnn,  # noqa: E402
-                        load_spliceai, models, package_dir)
+                        load_spliceai, models)
 from real_models import cosine, run_batches  # noqa: E402
 
 TARGET = 0.99
@@ -41,7 +41,8 @@ RATIO = 1.3
 
 
 def tflite_source(name: str, graph_def, inputs, outputs, sample_shape):
-    """A TFLiteConverter for the model, or None when it has no TFLite source here."""
+    """A TFLiteConverter for the model: from its Keras model, else from the frozen graph
+    ratelnn converts (basic-pitch's SavedModel holds optimizer slots TF 2.16+ cannot restore)."""
     import tensorflow as tf
     keras_models = {"mtcnn_pnet": lambda: load_mtcnn("pnet", PNET_INPUT),
                     "mtcnn_rnet": lambda: load_mtcnn("rnet", RNET_INPUT),
@@ -49,9 +50,6 @@ def tflite_source(name: str, graph_def, inputs, outputs, sample_shape):
                     "fer_emotion": load_emotion, "spliceai": load_spliceai}
     if name in keras_models:
         return tf.lite.TFLiteConverter.from_keras_model(keras_models[name]())
-    if name == "basic_pitch":
-        return tf.lite.TFLiteConverter.from_saved_model(
-            os.path.join(package_dir("basic_pitch"), "saved_models", "icassp_2022", "nmp"))
     path = os.path.join(tempfile.mkdtemp(prefix="tflite-"), "frozen.pb")
     with open(path, "wb") as f:
         f.write(graph_def.SerializeToString())
