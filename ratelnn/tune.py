@@ -279,16 +279,16 @@ class Tuner:
         from .config import normalize
         from .profile import profile
         from .quantization.thresholds import KLDDegenerateWarning
-        family, out = self._family(settings)
-        conv = copy.copy(family)
-        conv.config = normalize(dict(self.conv.config, output_dir=out, **settings), conv.handler.framework)
         try:
+            family, out = self._family(settings)
+            conv = copy.copy(family)
+            conv.config = normalize(dict(self.conv.config, output_dir=out, **settings), conv.handler.framework)
             with warnings.catch_warnings():   # a search tries kld on every tensor: no warning per try
                 warnings.simplefilter("ignore", KLDDegenerateWarning)
                 qgraph = conv.quantized_ir()
-        except CalibrationError as e:
+        except RatelError as e:   # missing statistics, a pass that cannot run on this graph
             point = Point(label, settings, None, math.nan, False, time.monotonic() - t0,
-                          f"skipped: {str(e).splitlines()[0][:120]}")
+                          f"skipped: {type(e).__name__}: {str(e).splitlines()[0][:150]}")
             return self._record(key, point)
         compiled = compile_graph(qgraph, conv.config, conv.device_info)
         try:
