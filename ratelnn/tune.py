@@ -180,7 +180,8 @@ class Tuner:
 
     def __init__(self, conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
                  max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
-                 calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True) -> None:
+                 calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
+                 passes: Optional[Sequence[str]] = None) -> None:
         from .calibration.progress import Progress
         if max_latency_ratio < 1.0:
             raise ValueError(f"max_latency_ratio must be >= 1, got {max_latency_ratio}")
@@ -197,7 +198,10 @@ class Tuner:
         self.seen: Dict[str, Point] = {}
         self.families: Dict[str, Tuple[Any, str]] = {}
         self.user_layers = list(conv.config.get("layer_configs") or [])
-        self.known_passes = [(k, v) for k, v in PASSES if k in _config_keys()]
+        unknown = set(passes or ()) - {k for k, _ in PASSES}
+        if unknown:
+            raise ValueError(f"tune: unknown passes {sorted(unknown)}; known: {[k for k, _ in PASSES]}")
+        self.known_passes = [(k, v) for k, v in PASSES if k in _config_keys() and (passes is None or k in passes)]
         self.evals = 0
         self.baseline: Optional[Point] = None
         self.bar = Progress(self.max_evals, "tune", unit="candidates", enabled=progress)
@@ -543,10 +547,11 @@ class Tuner:
 
 def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
          max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
-         calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True) -> TuneResult:
+         calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
+         passes: Optional[Sequence[str]] = None) -> TuneResult:
     """See :meth:`ratelnn.convert.ConvertImpl.tune`."""
     return Tuner(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                 calibration_data, batch_size, progress).run()
+                 calibration_data, batch_size, progress, passes).run()
 
 
 # ------------------------------------------------------------------ helpers
