@@ -8,7 +8,7 @@ the default ``auto_int16``, each accuracy pass the config knows, the per-layer s
 chosen configuration, each with the cosine of the compiled model's outputs to FP32 on the
 test inputs (lowest over the outputs, as bench/real_models.py) and its predicted NPU latency
 (one inference, ratelnn.profile).  TFLite: full-integer PTQ (``TFLITE_BUILTINS_INT8``,
-float input/output; ``TFLITE_BUILTINS`` added when that fails) with the calibration inputs
+float input/output; ``TFLITE_BUILTINS``, then ``SELECT_TF_OPS``, added when that fails) with the calibration inputs
 as ``representative_dataset``, the same cosine on the test inputs.  Acceptance per model
 (issue 14): where naive int8 loses (cosine < 0.99), tune reaches >= 0.99 within 1.3 x the
 all-int8 latency, and is never below TFLite.
@@ -63,8 +63,8 @@ def tflite_cosine(make_converter, x_cal, x_test, fp32) -> str:
     matched to the unused TFLite output of its shape that agrees best."""
     import tensorflow as tf
     note = ""
-    for ops in ([tf.lite.OpsSet.TFLITE_BUILTINS_INT8],
-                [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]):
+    builtins = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]
+    for ops in (builtins[:1], builtins, builtins + [tf.lite.OpsSet.SELECT_TF_OPS]):
         conv = make_converter()
         conv.optimizations = [tf.lite.Optimize.DEFAULT]
         conv.representative_dataset = lambda: ([x_cal[i:i + 1]] for i in range(len(x_cal)))
@@ -73,10 +73,10 @@ def tflite_cosine(make_converter, x_cal, x_test, fp32) -> str:
             content = conv.convert()
             break
         except Exception as e:  # noqa: BLE001  reported in the table
-            note = f"int8-only failed ({type(e).__name__}); "
+            note += f"{'+'.join(o.name for o in ops)} failed ({type(e).__name__}); "
             content = None
     if content is None:
-        return note + "mixed failed too"
+        return note
     interp = tf.lite.Interpreter(model_content=content)
     inp = interp.get_input_details()[0]
     interp.resize_tensor_input(inp["index"], [1, *x_test.shape[1:]])
@@ -97,7 +97,7 @@ def tflite_cosine(make_converter, x_cal, x_test, fp32) -> str:
         best, k = max(options)
         used.add(k)
         worst = min(worst, best)
-    return f"{worst:.4f}" + (f" ({note}mixed int8/float)" if note else "")
+    return f"{worst:.4f}" + (f" ({note}then converted with {'+'.join(o.name for o in ops)})" if note else "")
 
 
 def evaluate(model, max_evals: int, budget: float) -> dict:
