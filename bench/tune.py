@@ -144,8 +144,7 @@ def section(row) -> list:
                      f"{p.latency_s / r.baseline_latency_s:.3f} | {p.note} |")
     lines.append(f"| TFLite PTQ (same calibration inputs) | {row['tflite']} | - | - | CPU int8 |")
     naive = r.history[0].metric
-    tfl = row["tflite"].split(" ")[0]
-    tfl_value = float(tfl) if tfl.replace(".", "", 1).isdigit() else None
+    tfl_value = tflite_value(row)
     if naive >= TARGET:
         verdict = f"naive int8 does not lose (cosine {naive:.4f} >= {TARGET})"
     elif r.met:
@@ -159,6 +158,30 @@ def section(row) -> list:
     lines.append(f"\nChosen config: `{ {k: v for k, v in r.config.items() if k != 'output_dir'} }`. "
                  f"{verdict}. {len(r.history)} candidates, {row['tune_s']:.0f} s (tune), {r.stopped}.")
     return lines
+
+
+def tflite_value(row):
+    text = str(row.get("tflite", "")).split(" ")[0]
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def summary(row) -> str:
+    """One line of the summary table: the acceptance of issue 14 for the model."""
+    if "error" in row:
+        return f"| {row['name']} | - | - | - | - | not tuned: {row['error'][:120]} |"
+    r = row["result"]
+    naive, tfl = r.history[0].metric, tflite_value(row)
+    if naive >= TARGET:
+        verdict = "naive does not lose"
+    else:
+        verdict = "holds" if r.met else "NOT met"
+    if tfl is not None:
+        verdict += f"; {'>=' if r.metric >= tfl else 'BELOW'} TFLite"
+    return (f"| {row['name']} | {naive:.4f} | {r.metric:.4f} | {r.latency_ratio:.3f} | "
+            f"{tfl if tfl is not None else str(row.get('tflite', '-'))[:60]} | {verdict} |")
 
 
 def main() -> int:
@@ -187,6 +210,9 @@ def main() -> int:
              "The search judges on the test inputs themselves (the metric is agreement with FP32, no "
              "labels). TFLite: full-integer PTQ, float I/O, same calibration inputs, run by the TFLite "
              "interpreter on the CPU (no NPU latency)."]
+    lines += ["", "| model | naive int8 | tune | x all-int8 | TFLite PTQ | acceptance |", "|---|---:|---:|---:|---:|---|"]
+    for row in rows:
+        lines.append(summary(row))
     for row in rows:
         lines += section(row)
     write_section("tune", "\n".join(lines))
