@@ -183,10 +183,16 @@ class Tuner:
                  calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
                  passes: Optional[Sequence[str]] = None) -> None:
         from .calibration.progress import Progress
-        if max_latency_ratio < 1.0:
-            raise ValueError(f"max_latency_ratio must be >= 1, got {max_latency_ratio}")
-        if max_evals < 1:
-            raise ValueError(f"max_evals must be >= 1, got {max_evals}")
+        from .config import ConfigError
+        for name, value, ok, expected in (
+                ("target", target, lambda v: math.isfinite(v), "a finite number"),
+                ("max_latency_ratio", max_latency_ratio, lambda v: v >= 1.0, "a number >= 1"),
+                ("max_evals", max_evals, lambda v: v >= 1 and float(v).is_integer(), "an integer >= 1"),
+                ("time_budget_s", 0.0 if time_budget_s is None else time_budget_s, lambda v: v >= 0, "None or seconds >= 0")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+                raise ConfigError(f"tune: {name} must be {expected}, got {value!r}")
+        if metric is not None and not callable(metric):
+            raise ConfigError(f"tune: metric must be None or a callable (outputs, data) -> float, got {metric!r}")
         self.conv = conv
         self.data, self.metric_fn, self.target = data, metric, float(target)
         self.ratio, self.max_evals, self.time_budget_s = float(max_latency_ratio), int(max_evals), time_budget_s
@@ -200,7 +206,7 @@ class Tuner:
         self.user_layers = list(conv.config.get("layer_configs") or [])
         unknown = set(passes or ()) - {k for k, _ in PASSES}
         if unknown:
-            raise ValueError(f"tune: unknown passes {sorted(unknown)}; known: {[k for k, _ in PASSES]}")
+            raise ConfigError(f"tune: unknown passes {sorted(unknown)}; known: {[k for k, _ in PASSES]}")
         self.known_passes = [(k, v) for k, v in PASSES if k in _config_keys() and (passes is None or k in passes)]
         self.evals = 0
         self.baseline: Optional[Point] = None
@@ -220,7 +226,8 @@ class Tuner:
         batches = self.conv.calibration_data(self.data, self.batch_size)
         self.batches = [(b.feeds, b.size) for b in batches]
         if not self.batches:
-            raise ValueError("tune: data holds no sample")
+            from .calibration.data import DataError
+            raise DataError("tune: data holds no sample")
         self.outputs = list(self.conv.config["output_nodes"])
         source = self.conv.source
         self.reference = self._run(source)
@@ -235,11 +242,15 @@ class Tuner:
     def _score(self, outputs: List[np.ndarray]) -> float:
         if self.metric_fn is None:
             return cosine_metric(outputs, self.reference)
+        from .config import ConfigError
         value = self.metric_fn(outputs, self.data)
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
-            raise TypeError(f"tune: metric must return a number, got {type(value).__name__}") from None
+            number = math.nan
+        if not math.isfinite(number):
+            raise ConfigError(f"tune: metric must return a finite number, got {value!r}")
+        return number
 
     # ---------------------------------------------------------- statistics families
     def _family(self, settings: Mapping[str, Any]):

@@ -145,3 +145,15 @@ def test_user_metric_and_plot(tuned, tmp_path):
     path = r.plot(str(tmp_path / "front.png"))
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("kwargs, named", [({"max_latency_ratio": 0.9}, "max_latency_ratio"),
+                                           ({"max_evals": 0}, "max_evals"),
+                                           ({"target": float("nan")}, "target"),
+                                           ({"passes": ("equalisation",)}, "equalisation"),
+                                           ({"metric": "top1"}, "metric"),
+                                           ({"metric": lambda outputs, data: "good"}, "metric")])
+def test_bad_arguments_are_config_errors(tuned, tmp_path, kwargs, named):
+    graph_def, data = tuned[0], tuned[1]
+    with pytest.raises(ratelnn.config.ConfigError, match=named):
+        converter(graph_def, _config(tmp_path)).tune(data, progress=False, **kwargs)
