@@ -12,14 +12,14 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
 
 1. methods: ``naive``, ``kld``, ``percentile``, ``mse`` (all int8, ``auto_int16`` off); the
    ``naive`` one is the *all-int8 baseline* whose latency ``max_latency_ratio`` refers to;
-   then the default ``auto_int16`` on the best method;
 2. passes on the best so far, one at a time, kept when they raise the metric:
    ``equalization``, ``bias_correction``, ``adaround_iterations`` (a key the config does not
-   know is skipped);
-3. while the target is not met: layers promoted to int16 one at a time, least precise first
-   (8-bit SQNR from the histogram, :func:`ratelnn.quantization.thresholds.sqnr_db`), kept when
-   the metric rises and the latency stays within ``max_latency_ratio``; then fp32 the same way;
-4. once met: promotions dropped again, one at a time, while the target still holds.
+   know is skipped; they cost no latency);
+3. while the target is not met: ``auto_int16`` at its defaults and with a larger budget;
+4. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
+   :meth:`Tuner._prefixes`), by the SQNR each loses (``analysis.layer_rows``) or, where the
+   numpy evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts;
+5. once met: layer entries dropped again, one at a time, while the target still holds.
 
 Statistics: one calibration per set of pass settings that needs its own (a pass that changes
 the float graph, or whose quantizer reads statistics the base calibration lacks), each in
