@@ -154,7 +154,8 @@ def section(row) -> list:
         verdict = (f"naive int8 loses ({naive:.4f}); tune reaches only {r.metric:.4f} "
                    f"(at {r.latency_ratio:.3f} x; {r.stopped}): acceptance NOT met")
     if tfl_value is not None:
-        verdict += (f"; tune {'>=' if r.metric >= tfl_value else '<'} TFLite PTQ ({tfl_value:.4f})")
+        verdict += (f"; tune {'>=' if round(r.metric, 6) >= tfl_value else '<'} TFLite PTQ ({tfl_value:.6f}, "
+                    "compared at 6 decimals)")
     lines.append(f"\nChosen config: `{ {k: v for k, v in r.config.items() if k != 'output_dir'} }`. "
                  f"{verdict}. {len(r.history)} candidates, {row['tune_s']:.0f} s (tune), {r.stopped}.")
     return lines
@@ -213,7 +214,7 @@ def summary(row) -> str:
     else:
         verdict = "holds" if r.met else "NOT met"
     if tfl is not None:
-        verdict += f"; {'>=' if r.metric >= tfl else 'BELOW'} TFLite"
+        verdict += f"; {'>=' if round(r.metric, 6) >= tfl else 'BELOW'} TFLite"
     return (f"| {row['name']} | {naive:.6f} | {r.metric:.6f} | {r.latency_ratio:.3f} | "
             f"{tfl if tfl is not None else str(row.get('tflite', '-'))[:60]} | {verdict} |")
 
@@ -244,7 +245,7 @@ def main() -> int:
              "to fp32. Method rows are all int8 (`auto_int16` off); `naive` is the all-int8 baseline. "
              "The search judges on the test inputs themselves (the metric is agreement with FP32, no "
              "labels). TFLite: full-integer PTQ, float I/O, same calibration inputs, run by the TFLite "
-             "interpreter on the CPU (no NPU latency). Cosines to 6 decimals; the TFLite comparison uses them.",
+             "interpreter on the CPU (no NPU latency). Cosines to 6 decimals; tune is compared with TFLite at that precision.",
              "",
              "Notes. A `fp32` layer leaves the NPU: it is charged the host estimate (2 us + its "
              "multiply-adds at 50 G/s), and ops every candidate leaves on the CPU (deepbrain's Conv3D, "
