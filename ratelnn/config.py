@@ -21,6 +21,7 @@ from .errors import RatelError
 FRONTENDS = ("tensorflow", "mxnet")
 ALGORITHMS = ("naive", "kld", "naive_kld_mix", "percentile", "mse")
 DATA_TYPES = ("int8", "uint8", "int16", "fp32")
+MAX_COMPILED_BATCH = 4096   # largest batch an engine set is compiled for (docs/multi-batch.md)
 REQUIRED = ("input_nodes", "output_nodes", "input_shapes", "output_dir")
 
 DEFAULTS: Dict[str, Any] = {
@@ -40,6 +41,8 @@ DEFAULTS: Dict[str, Any] = {
     "auto_int16_max_fraction": 0.1,
     "remove_input_quant": False,
     "static_batch_sizes": [],
+    "max_dynamic_batch_size": 0,   # docs/multi-batch.md; 0 = off
+    "compiler_check": 0,           # 0 off, 1 engines + model outputs, 2 also per layer (docs/multi-batch.md)
     "round_mode": "half_away_from_zero",
     "invocations_per_frame": 1,
     "model_name": None,
@@ -170,6 +173,7 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     if cfg["round_mode"] not in ROUND_MODES:
         raise ConfigError(f"round_mode must be one of {ROUND_MODES}, got {cfg['round_mode']!r}")
     _check_scalars(cfg)
+    cfg["static_batch_sizes"] = _batch_sizes(cfg)
     if not isinstance(cfg["layer_configs"], (list, tuple)):
         raise ConfigError(f"layer_configs must be a list of mappings, got {cfg['layer_configs']!r}")
     for i, lc in enumerate(cfg["layer_configs"]):
@@ -232,6 +236,25 @@ def _input_shapes(shapes: Any, n_inputs: int) -> list:
     return out
 
 
+def _batch_sizes(cfg: Mapping[str, Any]) -> list:
+    """``static_batch_sizes`` as a sorted list of distinct positive ints; not together with
+    ``max_dynamic_batch_size`` (docs/multi-batch.md)."""
+    sizes = cfg.get("static_batch_sizes")
+    if sizes is None:
+        sizes = []
+    expect = f"a list of batch sizes in 1..{MAX_COMPILED_BATCH}, like [1, 4, 16]"
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (list, tuple)):
+        raise ConfigError(f"config key 'static_batch_sizes' must be {expect}, got {sizes!r}")
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 1 <= s <= MAX_COMPILED_BATCH:
+            raise ConfigError(f"config key 'static_batch_sizes' must be {expect}, got {list(sizes)!r} "
+                              f"(entry {s!r})")
+    if sizes and cfg.get("max_dynamic_batch_size"):
+        raise ConfigError("config keys 'static_batch_sizes' and 'max_dynamic_batch_size' exclude each other: "
+                          "set one of them")
+    return sorted({int(s) for s in sizes})
+
+
 def _output_dir(value: Any) -> str:
     """``output_dir`` as a string; a str or os.PathLike that is not an existing file."""
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
@@ -255,6 +278,9 @@ _SCALARS = {
     "auto_int16_max_fraction": (numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
     "invocations_per_frame": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
     "max_expanded_constant_bytes": (numbers.Integral, lambda v: v >= 0, "a byte count >= 0"),
+    "max_dynamic_batch_size": (numbers.Integral, lambda v: 0 <= v <= MAX_COMPILED_BATCH,
+                               f"an integer in 0..{MAX_COMPILED_BATCH} (0 = off)"),
+    "compiler_check": (numbers.Integral, lambda v: v in (0, 1, 2), "0, 1 or 2"),
 }
 
 

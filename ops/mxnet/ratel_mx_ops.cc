@@ -27,6 +27,7 @@
 
 #include "core/device_time.h"
 #include "core/minmax.h"
+#include "core/npu_batch.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
 #include "core/npu_io.h"
@@ -491,8 +492,12 @@ std::vector<uint8_t> DecodeBase64(const std::string& text) {
 class EngineCache {
  public:
   std::shared_ptr<const Engine> Get(const Attrs& attrs) {
-    const std::string& text = RequireAttr(attrs, "engine");
     const std::string* label = FindAttr(attrs, "engine_name");
+    return Get(RequireAttr(attrs, "engine"), label);
+  }
+
+  // The engine of base64 `text` (an item of attribute 'engine' or 'batch_engines').
+  std::shared_ptr<const Engine> Get(const std::string& text, const std::string* label) {
     const std::string key = (label ? *label : std::string()) + '\n' + text;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -554,9 +559,24 @@ MXDType CarrierOf(DType t) {
 
 std::string EngineLabel(const Engine& e) { return "engine '" + e.name + "'"; }
 
+// The engine set of a node (docs/multi-batch.md): 'engine', then the engines of attribute
+// 'batch_engines' (a list of base64 strings), checked to agree (core/npu_batch.h).
+std::vector<std::shared_ptr<const Engine>> NodeEngineSet(const Attrs& attrs) {
+  std::vector<std::shared_ptr<const Engine>> set = {NodeEngine(attrs)};
+  if (const std::string* more = FindAttr(attrs, "batch_engines")) {
+    const std::string* label = FindAttr(attrs, "engine_name");
+    for (const std::string& text : ListItems(*more, "batch_engines")) set.push_back(Engines().Get(text, label));
+  }
+  std::vector<const Engine*> ptrs;
+  for (const auto& e : set) ptrs.push_back(e.get());
+  const std::string* label = FindAttr(attrs, "engine_name");
+  ratelnn::npu::check_engine_set(ptrs, label ? *label : "");
+  return set;
+}
+
 MXReturnValue EngineParse(const Attrs& attrs, int* num_in, int* num_out) {
   return Guarded("ratel_engine_op", [&] {
-    std::shared_ptr<const Engine> e = NodeEngine(attrs);
+    std::shared_ptr<const Engine> e = NodeEngineSet(attrs)[0];
     *num_in = static_cast<int>(e->inputs.size());
     *num_out = static_cast<int>(e->outputs.size());
     return MX_SUCCESS;
@@ -645,10 +665,11 @@ EnginePlacement NodePlacement(const Attrs& attrs, const Engine& e) {
 
 class EngineState : public CustomStatefulOp {
  public:
-  EngineState(std::shared_ptr<const Engine> engine, const EnginePlacement& placement)
-      : engine_(std::move(engine)),
-        device_time_(*engine_, placement.name, placement.device_id,
-                     int64_t(placement.core_ids.size())) {}
+  EngineState(std::vector<std::shared_ptr<const Engine>> set, const EnginePlacement& placement)
+      : owned_(std::move(set)),
+        engine_(owned_[0]),
+        set_(Pointers(owned_)),
+        device_time_(set_, placement.name, placement.device_id, int64_t(placement.core_ids.size())) {}
 
   MXReturnValue Forward(std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                         const OpResource&) override {
@@ -695,7 +716,7 @@ class EngineState : public CustomStatefulOp {
           out_sizes.push_back(y.size() * ratelnn::npu::itemsize(t.dtype));
         }
       }
-      ratelnn::npu::run_engine(e, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, HardwareThreads());
+      ratelnn::npu::run_engine_set(set_, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, HardwareThreads());
       for (size_t k = 0; k < outputs->size(); ++k) {
         if (widened[k].empty()) continue;
         int32_t* y = outputs->at(k).data<int32_t>();
@@ -707,6 +728,12 @@ class EngineState : public CustomStatefulOp {
   }
 
  private:
+  static std::vector<const Engine*> Pointers(const std::vector<std::shared_ptr<const Engine>>& set) {
+    std::vector<const Engine*> out;
+    for (const auto& e : set) out.push_back(e.get());
+    return out;
+  }
+
   std::vector<int16_t> NarrowToInt16(MXTensor& x, const std::string& name) const {
     const int32_t* values = x.data<int32_t>();
     std::vector<int16_t> out(x.size());
@@ -720,20 +747,22 @@ class EngineState : public CustomStatefulOp {
     return out;
   }
 
-  std::shared_ptr<const Engine> engine_;
+  std::vector<std::shared_ptr<const Engine>> owned_;  // the engine set, ascending batch sizes
+  std::shared_ptr<const Engine> engine_;                // owned_[0]
+  std::vector<const Engine*> set_;
   ratelnn::npu::DeviceTimeRecorder device_time_;
 };
 
 MXReturnValue EngineCreate(const Attrs& attrs, const MXContext&, const Shapes&,
                            const std::vector<int>, CustomStatefulOp** state) {
   return Guarded("ratel_engine_op", [&] {
-    std::shared_ptr<const Engine> engine = NodeEngine(attrs);
-    const EnginePlacement placement = NodePlacement(attrs, *engine);
+    std::vector<std::shared_ptr<const Engine>> set = NodeEngineSet(attrs);
+    const EnginePlacement placement = NodePlacement(attrs, *set[0]);
     // the engine runs only where the local runtime has its device and cores (RATELNN_DEVICES)
     const std::string missing =
         ratelnn::npu::placement_error(placement.name, placement.device_id, placement.core_ids);
     if (!missing.empty()) throw std::runtime_error(missing);
-    *state = CustomStatefulOp::create<EngineState>(engine, placement);
+    *state = CustomStatefulOp::create<EngineState>(std::move(set), placement);
     return MX_SUCCESS;
   });
 }
