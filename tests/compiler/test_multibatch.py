@@ -19,6 +19,7 @@ from ratelnn.errors import RatelError
 from ratelnn.npu import batching
 from ratelnn.npu.batching import decode_engine_set, plan_batches
 from ratelnn.npu.device_time import device_time, reset_device_time
+from ratelnn.profile import profile_batch_sizes, run_latency
 from ratelnn.runners import run_model
 
 BATCHES = (1, 3, 4, 9, 16)
@@ -98,7 +99,7 @@ def test_config_keys_are_checked(tmp_path):
             normalize({**base, **bad}, "tensorflow")
 
 
-def test_tensorflow_static_batch_sizes(tmp_path, monkeypatch):
+def test_tensorflow_static_batch_sizes(tmp_path, monkeypatch, capsys):
     from ratelnn.frontend.tensorflow import converter
     ratelnn.tf_init()
     graph_def, ins, outs = _tf_model()
@@ -122,6 +123,19 @@ def test_tensorflow_static_batch_sizes(tmp_path, monkeypatch):
             t = device_time(name)
             assert (t.runs, t.samples) == (1, n)
             assert t.cycles == pytest.approx(_expected_cycles(engines, n), rel=1e-9)
+    # the cost model per compiled batch size: ratelnn.profile and `ratelnn inspect`
+    per_size = profile_batch_sizes(npu)
+    assert sorted(per_size) == [1, 4, 16]
+    assert per_size[16].throughput > per_size[1].throughput
+    assert run_latency(npu, 20) == pytest.approx(per_size[16].latency_s + per_size[4].latency_s)
+    path = tmp_path / "npu.pb"
+    path.write_bytes(npu.SerializeToString())
+    from ratelnn.cli import main
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "compiled batch sizes" in text
+    for size in (1, 4, 16):
+        assert f"{per_size[size].throughput:,.0f}" in text
 
 
 def test_tensorflow_single_engine_is_the_old_format(tmp_path):
