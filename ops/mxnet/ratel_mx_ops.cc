@@ -456,10 +456,10 @@ using ratelnn::npu::DType;
 using ratelnn::npu::Engine;
 
 // Strict base64 (RFC 4648, '=' padding, no whitespace).
-std::vector<uint8_t> DecodeBase64(const std::string& text) {
+std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& key) {
   static const std::string kAlphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  if (text.size() % 4 != 0) throw AttrError("attribute 'engine' is not base64 (length % 4 != 0)");
+  if (text.size() % 4 != 0) throw AttrError("attribute '" + key + "' is not base64 (length % 4 != 0)");
   std::vector<uint8_t> out;
   out.reserve(text.size() / 4 * 3);
   for (size_t i = 0; i < text.size(); i += 4) {
@@ -473,7 +473,7 @@ std::vector<uint8_t> DecodeBase64(const std::string& text) {
       } else {
         const size_t pos = kAlphabet.find(c);
         if (pos == std::string::npos || pad > 0) {
-          throw AttrError("attribute 'engine' is not base64 (bad character at " +
+          throw AttrError("attribute '" + key + "' is not base64 (bad character at " +
                           std::to_string(i + k) + ")");
         }
         v = static_cast<uint32_t>(pos);
@@ -493,18 +493,19 @@ class EngineCache {
  public:
   std::shared_ptr<const Engine> Get(const Attrs& attrs) {
     const std::string* label = FindAttr(attrs, "engine_name");
-    return Get(RequireAttr(attrs, "engine"), label);
+    return Get(RequireAttr(attrs, "engine"), label, "engine");
   }
 
   // The engine of base64 `text` (an item of attribute 'engine' or 'batch_engines').
-  std::shared_ptr<const Engine> Get(const std::string& text, const std::string* label) {
+  std::shared_ptr<const Engine> Get(const std::string& text, const std::string* label,
+                                    const std::string& attr) {
     const std::string key = (label ? *label : std::string()) + '\n' + text;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = engines_.find(key);
       if (it != engines_.end()) return it->second;
     }
-    const std::vector<uint8_t> bytes = DecodeBase64(text);
+    const std::vector<uint8_t> bytes = DecodeBase64(text, attr);
     auto engine = std::make_shared<const Engine>(
         ratelnn::npu::decode_engine(bytes.data(), bytes.size(), label ? *label : ""));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -565,7 +566,7 @@ std::vector<std::shared_ptr<const Engine>> NodeEngineSet(const Attrs& attrs) {
   std::vector<std::shared_ptr<const Engine>> set = {NodeEngine(attrs)};
   if (const std::string* more = FindAttr(attrs, "batch_engines")) {
     const std::string* label = FindAttr(attrs, "engine_name");
-    for (const std::string& text : ListItems(*more, "batch_engines")) set.push_back(Engines().Get(text, label));
+    for (const std::string& text : ListItems(*more, "batch_engines")) set.push_back(Engines().Get(text, label, "batch_engines"));
   }
   std::vector<const Engine*> ptrs;
   for (const auto& e : set) ptrs.push_back(e.get());
