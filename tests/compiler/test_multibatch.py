@@ -222,3 +222,25 @@ def test_mxnet_dynamic_batch(tmp_path, monkeypatch):
         t = device_time(n.attrs["engine_name"])
         assert (t.runs, t.samples) == (1, 9)
         assert t.cycles == pytest.approx(_expected_cycles(engines, 9), rel=1e-9)
+
+
+def test_joint_placement_stamps_every_engine_of_a_set(tmp_path):
+    """compile_jointly writes the scheme's cores into each engine of a set, which stays
+    consistent and runs the batch split (IR graphs, reference executor)."""
+    from helpers.ir_graphs import build_cnn, compile_config, quantized
+
+    from ratelnn.joint.compile import compile_jointly
+    configs = [compile_config(tmp_path, model_name=f"cnn{i}", static_batch_sizes=[1, 4]) for i in range(2)]
+    qgraphs = [quantized(build_cnn("NHWC", seed=i), c) for i, c in enumerate(configs)]
+    for i, q in enumerate(qgraphs):
+        q.name = f"cnn{i}"
+    compiled, _, scheme = compile_jointly(qgraphs, configs, {0: 4})
+    placed = {a.engine_name: a for a in scheme.engines}
+    for graph in compiled:
+        for node in (n for n in graph.nodes if n.op == "Engine"):
+            engines = decode_engine_set(node.attrs["engine"], node.attrs["batch_engines"], node.attrs["engine_name"])
+            assert [e.batch_size for e in engines] == [1, 4]
+            assert all(list(e.proto.core_ids) == list(placed[node.attrs["engine_name"]].core_ids) for e in engines)
+        x = np.random.default_rng(0).standard_normal((5,) + tuple(graph.shape(graph.inputs[0])[1:])).astype(np.float32)
+        rows = [run_compiled(graph, {graph.inputs[0]: x[i:i + 1]})[graph.outputs[0]] for i in range(5)]
+        np.testing.assert_array_equal(run_compiled(graph, {graph.inputs[0]: x})[graph.outputs[0]], np.concatenate(rows))
