@@ -566,7 +566,9 @@ std::vector<std::shared_ptr<const Engine>> NodeEngineSet(const Attrs& attrs) {
   std::vector<std::shared_ptr<const Engine>> set = {NodeEngine(attrs)};
   if (const std::string* more = FindAttr(attrs, "batch_engines")) {
     const std::string* label = FindAttr(attrs, "engine_name");
-    for (const std::string& text : ListItems(*more, "batch_engines")) set.push_back(Engines().Get(text, label, "batch_engines"));
+    for (const std::string& text : ListItems(*more, "batch_engines")) {
+      set.push_back(Engines().Get(text, label, "batch_engines"));
+    }
   }
   std::vector<const Engine*> ptrs;
   for (const auto& e : set) ptrs.push_back(e.get());

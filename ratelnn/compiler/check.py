@@ -67,7 +67,8 @@ class CheckReport:
         for title, rows in (("engine outputs", self.outputs), ("layers", self.layers)):
             if rows:
                 lines.append(f"  {title}: {'engine':<24} {'layer':<32} {'equal':>8} {'max diff':>8}")
-                lines += [f"  {'':<{len(title)}}  {r.engine[:24]:<24} {r.layer[:32]:<32} {r.equal:>8.4f} {r.max_diff:>8d}"
+                pad = " " * len(title)
+                lines += [f"  {pad}  {r.engine[:24]:<24} {r.layer[:32]:<32} {r.equal:>8.4f} {r.max_diff:>8d}"
                           for r in rows]
         return "\n".join(lines)
 

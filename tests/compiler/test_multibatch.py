@@ -51,8 +51,8 @@ def _no_compiling(monkeypatch):
 def _engine_sets(graph_def):
     nodes = [nd for nd in graph_def.node if nd.op == "RatelEngineOp"]
     assert nodes
-    return {nd.attr["engine_name"].s.decode(): decode_engine_set(nd.attr["engine"].s, list(nd.attr["batch_engines"].list.s))
-            for nd in nodes}
+    return {nd.attr["engine_name"].s.decode():
+            decode_engine_set(nd.attr["engine"].s, list(nd.attr["batch_engines"].list.s)) for nd in nodes}
 
 
 def _expected_cycles(engines, n):
@@ -168,7 +168,8 @@ def test_tensorflow_mismatched_engine_set_is_an_error(tmp_path):
         return model, node
 
     def not_ascending(node):
-        node.attr["batch_engines"].list.s[0] = batching.rebatch(decode_engine_set(node.attr["engine"].s)[0], 1).to_bytes()
+        first = decode_engine_set(node.attr["engine"].s)[0]
+        node.attr["batch_engines"].list.s[0] = batching.rebatch(first, 1).to_bytes()
 
     def truncated(node):
         node.attr["batch_engines"].list.s[0] = node.attr["batch_engines"].list.s[0][:40]
