@@ -76,28 +76,27 @@ class ConvertImpl:
 
     def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the
-        converter's), with the accuracy passes the config asks for (docs/quantization.md,
-        "Accuracy passes"): AdaRound of the weights, then bias correction."""
+        converter's), with the accuracy passes the config asks for (docs/quantization.md §8):
+        AdaRound of the weights, then bias correction, each kept only if it does not lower
+        the output cosine on the held-out part of the calibration sample."""
+        from .quantization.accuracy import apply_passes
         from .quantization.quantizer import quantize
         config = self.config if config is None else config
         qgraph = quantize(self.graph, stats, config)
-        if config["adaround_iterations"] > 0:
-            from .quantization.adaround import adaround
-            adaround(self.graph, qgraph, config, self._sample("adaround_iterations"))
-        if config["bias_correction"] == "empirical":
-            from .quantization.bias_correction import correct_biases
-            correct_biases(self.graph, qgraph, config, self._sample("bias_correction"))
-        elif config["bias_correction"] == "analytic":
-            from .quantization.bias_correction import correct_biases_analytic
-            correct_biases_analytic(self.graph, qgraph, config)
+        if config["adaround_iterations"] > 0 or config["bias_correction"] != "none":
+            key = "adaround_iterations" if config["adaround_iterations"] > 0 else "bias_correction"
+            qgraph = apply_passes(self.graph, qgraph, config,
+                                  self._sample(key, required=key != "bias_correction"
+                                               or config["bias_correction"] == "empirical"))
         return qgraph
 
-    def _sample(self, key: str) -> Dict[str, np.ndarray]:
-        """The calibration sample kept by calibrate() (CalibrationError naming ``key`` if none)."""
+    def _sample(self, key: str, required: bool = True) -> Optional[Dict[str, np.ndarray]]:
+        """The calibration sample kept by calibrate(); None, or if ``required`` a
+        CalibrationError naming ``key``, when there is none."""
         from .calibration.sample import read_sample, sample_path
         from .errors import CalibrationError
         sample = read_sample(self.config["output_dir"], self.fingerprint)
-        if sample is None:
+        if sample is None and required:
             raise CalibrationError(
                 f"config key {key!r} needs the calibration sample that calibrate() keeps "
                 f"({sample_path(self.config['output_dir'], self.fingerprint)} does not exist): "
