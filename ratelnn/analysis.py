@@ -17,7 +17,10 @@ the clip).  ``sqnr_drop_db`` is how much SQNR the layer itself loses: the lowest
 its inputs (at most the ideal SQNR of its dtype) minus its own.  Suggestions (:func:`_suggest`)
 re-quantize the worst layers, worst first, in int16 (then fp32) on top of the suggestions
 already kept, and keep what recovers the layer without lowering the SQNR of the model's
-output; a kept one makes its readers candidates and the layers are ranked again.
+output; a kept one makes its readers candidates and the layers are ranked again.  Found on
+the first batch, they are then checked on all the analyzed data (:func:`_checked`): the model
+with them must reach at least the first output's cosine and SQNR of the model without them,
+else the last suggestions are dropped until it does (``Report.suggestion_check``).
 """
 from __future__ import annotations
 
@@ -182,6 +185,10 @@ class Report:
     ``rows``: one :class:`LayerRow` per quantized layer, in graph order.
     ``output_similarity``: graph output -> {cosine, sqnr_db, max_abs_error[, top1_agreement]}.
     ``suggestions``: :class:`Suggestion` list, most useful first.
+    ``suggestion_check``: the first output's cosine and SQNR on all the analyzed samples
+    without (``"without"``) and with (``"with"``) the suggestions kept, and how many of the
+    suggestions found were dropped because they lowered either (``"dropped"``); empty when
+    nothing was suggested.
     """
 
     against: str
@@ -189,6 +196,7 @@ class Report:
     rows: List[LayerRow]
     output_similarity: Dict[str, Dict[str, float]]
     suggestions: List[Suggestion]
+    suggestion_check: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def worst(self, n: int = 5) -> List[LayerRow]:
         """The ``n`` rows with the largest SQNR drop."""
@@ -214,6 +222,13 @@ class Report:
                 lines.append("  ".join("-" * w for w in widths))
         for out, sim in self.output_similarity.items():
             lines.append(f"output {out}: " + ", ".join(f"{k} {v:.6g}" for k, v in sim.items()))
+        check = self.suggestion_check
+        if check:
+            w, wo = check["with"], check["without"]
+            lines.append(f"suggestions checked on {self.num_samples} samples: output cosine "
+                         f"{wo['cosine']:.6f} -> {w['cosine']:.6f}, SQNR {wo['sqnr_db']:.2f} -> "
+                         f"{w['sqnr_db']:.2f} dB" + (f"; {check['dropped']} dropped for lowering them"
+                                                     if check["dropped"] else ""))
         if self.suggestions:
             for s in self.suggestions:
                 lines.append(f"suggest {s.data_type} for {s.layer}: {s.reason}")
@@ -242,7 +257,8 @@ class Report:
     def from_json(cls, text: str) -> "Report":
         d = json.loads(text)
         return cls(d["against"], d["num_samples"], [LayerRow(**r) for r in d["rows"]],
-                   d["output_similarity"], [Suggestion(**s) for s in d["suggestions"]])
+                   d["output_similarity"], [Suggestion(**s) for s in d["suggestions"]],
+                   d.get("suggestion_check", {}))
 
 
 # ------------------------------------------------------------------ model values
@@ -461,10 +477,9 @@ def _quant_rows(conv, stats, extra_layer_configs, feeds, float_values) -> tuple:
     appended to the config, on one batch (``float_values``: the float model's tensors on
     ``feeds``; any it lacks are evaluated)."""
     from .ir.evaluate import evaluate
-    from .quantization.quantizer import quantize
     config = copy.deepcopy(conv.config)
     config["layer_configs"] = list(config.get("layer_configs") or []) + extra_layer_configs
-    qgraph = quantize(conv.graph, stats, config)
+    qgraph = conv.quantize(stats, config)
     nodes, tensors = _layers(qgraph, config)
     out = conv.graph.outputs[0]
     got = _QuantModel(qgraph, config).run(feeds, tensors + [out])
@@ -537,11 +552,10 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
     from .calibration.progress import Progress
     from .calibration.stats import load_statistics
     from .ir.evaluate import evaluate
-    from .quantization.quantizer import quantize
     if against not in AGAINST:
         raise ValueError(f"against must be one of {AGAINST}, got {against!r}")
     stats = load_statistics(conv.config["output_dir"])
-    qgraph = quantize(conv.graph, stats, conv.config)
+    qgraph = conv.quantize(stats)
     nodes, tensors = _layers(qgraph, conv.config)
     outputs = list(conv.graph.outputs)
     batches = conv.calibration_data(data, batch_size)
@@ -576,4 +590,43 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
     output_sim = _output_similarity(float_out, model_out)
     first_values = evaluate(conv.graph, first[0], measure.fetch)
     suggestions = _suggest(conv, stats, rows, first[0], first_values, output_sim[outputs[0]]["sqnr_db"])
-    return Report(against, samples, rows, output_sim, suggestions)
+
+    def run_all(model) -> tuple:
+        """(float, model) first-output values per batch over all the analyzed batches."""
+        check = _Measure(conv.graph, model, [], outputs[:1], {}, batches.batch_size)
+        block = ((b.feeds, b.size) for b in itertools.islice(batches, max_batches))
+        blocks = (check(block),) if executor is None else \
+            executor.map_blocks(check, block, total=total, label="analyze (check)", progress=progress)
+        return ([v for b in blocks for v in b[1][outputs[0]]], [v for b in blocks for v in b[2][outputs[0]]])
+
+    suggestions, check = _checked(conv, stats, against, suggestions, run_all,
+                                  float_out[outputs[0]], model_out[outputs[0]])
+    return Report(against, samples, rows, output_sim, suggestions, check)
+
+
+def _checked(conv, stats, against: str, suggestions: List[Suggestion], run_all,
+             float_first: List[np.ndarray], model_first: List[np.ndarray]):
+    """(suggestions kept, check) — the suggestions found on the first batch, evaluated on
+    every analyzed batch (``run_all(model)``): the first output's cosine and SQNR against
+    those of the model without them (``float_first``/``model_first``: per batch); the last
+    ones are dropped until neither metric is lower."""
+    if not suggestions:
+        return suggestions, {}
+
+    def metric(fs, qs) -> Dict[str, float]:
+        acc = _Accumulator()
+        for f, q in zip(fs, qs):
+            acc.add(f, q)
+        return {"cosine": acc.cosine, "sqnr_db": acc.sqnr_db}
+
+    base = metric(float_first, model_first)
+    kept = list(suggestions)
+    while kept:
+        config = copy.deepcopy(conv.config)
+        config["layer_configs"] = list(config.get("layer_configs") or []) + \
+            [{"layer_name": s.layer, "data_type": s.data_type} for s in kept]
+        with_them = metric(*run_all(_model(conv, against, conv.quantize(stats, config), config)))
+        if with_them["cosine"] >= base["cosine"] and with_them["sqnr_db"] >= base["sqnr_db"]:
+            return kept, {"without": base, "with": with_them, "dropped": len(suggestions) - len(kept)}
+        kept.pop()
+    return [], {"without": base, "with": base, "dropped": len(suggestions)}

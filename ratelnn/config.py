@@ -43,6 +43,12 @@ DEFAULTS: Dict[str, Any] = {
     "round_mode": "half_away_from_zero",
     "invocations_per_frame": 1,
     "model_name": None,
+    # accuracy passes (docs/quantization.md, "Accuracy passes")
+    "equalization": False,             # cross-layer equalization of the float IR before calibration
+    "equalization_iterations": 8,      # sweeps over the equalized pairs
+    "bias_correction": "none",         # none | empirical | analytic
+    "adaround_iterations": 0,          # AdaRound steps per layer; 0: round to nearest
+    "accuracy_samples": 64,            # calibration samples calibrate() keeps for the two above
     "merge_statistics": False,   # accept other models' statistics in output_dir (docs/statistics.md)
     # refuse GraphDefs whose compressed (splat) constants expand beyond this (docs/reliability.md)
     "max_expanded_constant_bytes": 256 << 20,
@@ -75,8 +81,9 @@ QUANT_CFG_SETTINGS = ("is_per_channel", "num_bits", "data_format")
 
 # keys that hold text: ``--set output_dir=12345`` means the folder "12345", not a number
 STRING_KEYS = ("output_dir", "model_name", "quantize_algorithm", "round_mode", "channel_order",
-               "data_format")
+               "data_format", "bias_correction")
 
+BIAS_CORRECTIONS = ("none", "empirical", "analytic")
 ROUND_MODES = ("half_away_from_zero", "half_to_even", "floor", "ceil", "trunc")
 
 
@@ -169,6 +176,8 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
         raise ConfigError(f"quantize_algorithm must be one of {ALGORITHMS}, got {cfg['quantize_algorithm']!r}")
     if cfg["round_mode"] not in ROUND_MODES:
         raise ConfigError(f"round_mode must be one of {ROUND_MODES}, got {cfg['round_mode']!r}")
+    if cfg["bias_correction"] not in BIAS_CORRECTIONS:
+        raise ConfigError(f"bias_correction must be one of {BIAS_CORRECTIONS}, got {cfg['bias_correction']!r}")
     _check_scalars(cfg)
     if not isinstance(cfg["layer_configs"], (list, tuple)):
         raise ConfigError(f"layer_configs must be a list of mappings, got {cfg['layer_configs']!r}")
@@ -255,6 +264,10 @@ _SCALARS = {
     "auto_int16_max_fraction": (numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
     "invocations_per_frame": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
     "max_expanded_constant_bytes": (numbers.Integral, lambda v: v >= 0, "a byte count >= 0"),
+    "equalization": (bool, None, "true or false"),
+    "equalization_iterations": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
+    "adaround_iterations": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
+    "accuracy_samples": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
 }
 
 

@@ -80,11 +80,13 @@ def auto_int16_tensors(plan: QuantPlan, stats: Mapping[str, Any], qparams: Mappi
     to reach on the calibration data (:func:`.thresholds.sqnr_db`, rounding and clipping
     error from the histogram). Those below ``auto_int16_sqnr_db`` (default 25 dB) are
     promoted, lowest SQNR first (ties: graph order), at most
-    ``floor(auto_int16_max_fraction * len(plan.anchors))`` of them (default 10%).
+    ``max(1, floor(auto_int16_max_fraction * len(plan.anchors)))`` of them (default 10%; none
+    when the fraction is 0).
     """
     limit_db = _config_number(config, "auto_int16_sqnr_db", AUTO_INT16_SQNR_DB, -math.inf, math.inf)
     fraction = _config_number(config, "auto_int16_max_fraction", AUTO_INT16_MAX_FRACTION, 0.0, 1.0)
-    budget = int(math.floor(fraction * len(plan.anchors)))
+    # at least one when the fraction is not 0: floor() alone gives small graphs no budget
+    budget = max(int(math.floor(fraction * len(plan.anchors))), 1 if fraction > 0 else 0)
     scored = []
     for order, t in enumerate(plan.anchors):
         qp = qparams[t]
