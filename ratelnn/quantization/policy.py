@@ -28,6 +28,7 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ..config import QUANT_CFG_DEFAULTS, ConfigError
+from ..config_forms import DEFAULT_LAYER
 from ..ir import Graph, Node, registry
 
 # Which ops are quantized, their operands and quant_cfg roles: ratelnn/ir/registry.py.
@@ -169,9 +170,14 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
             matched += graph_inputs
             kind = 2
         elif "op_type" in entry:
-            ops = set().union(*(registry.ir_ops(name) for name in _names(entry["op_type"])))
+            ops = set().union(*(registry.config_op_types(name, f"layer_configs entry {entry!r}: op_type")
+                                for name in _names(entry["op_type"])))
             matched = [n.name for n in graph.nodes if n.op in ops]
             kind = 1
+        elif _names(entry.get("start_tensor_names", [])) == _names(entry.get("end_tensor_names", [])) \
+                == {DEFAULT_LAYER}:   # the whole model (docs/architecture.md §14)
+            matched = [n.name for n in graph.nodes]
+            kind = 0
         elif "start_tensor_names" in entry or "end_tensor_names" in entry:
             matched = sorted(_subgraph_nodes(graph, list(entry.get("start_tensor_names", [])),
                                              list(entry.get("end_tensor_names", []))))
