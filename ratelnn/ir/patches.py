@@ -127,10 +127,12 @@ def reinfer_shapes(graph: Graph, changed_nodes: Set[str]) -> None:
                 raise ModelError(f"node {node.name!r} ({node.op}): the shape of its input {t!r} is unknown, "
                                  "so its output shape cannot be inferred after the op_processors")
             feeds.append(np.zeros([1 if d is None else d for d in info.shape], info.dtype))
+        shapes = [list(f.shape) for f in feeds]
         try:
             outs = evaluate_node(node, feeds)
+            if any(0 in o.shape for o in outs):
+                raise ValueError(f"its output would be empty ({[list(o.shape) for o in outs]})")
         except Exception as e:  # noqa: BLE001 - any evaluation failure means the shapes do not fit
-            shapes = [list(f.shape) for f in feeds]
             raise ModelError(f"after the op_processors, node {node.name!r} ({node.op}) cannot take its "
                              f"inputs of shapes {shapes}: {e}") from None
         for t, value in zip(node.outputs, outs):
