@@ -150,7 +150,9 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
 
     An entry matches by ``layer_name`` (node name or one of its output tensors, or a graph
     input: the input's own dtype, ``int8``/``uint8``/``int16`` only), by ``op_type`` (the IR
-    op name, docs/ir.md, or its TensorFlow, MXNet or ONNX spelling) or by a subgraph (``start_tensor_names`` / ``end_tensor_names``).
+    op name, docs/ir.md, or its TensorFlow, MXNet or ONNX spelling; an unknown one is a
+    ConfigError) or by a subgraph (``start_tensor_names`` / ``end_tensor_names``; both
+    ``[DEFAULT]``: every node).
     Priority: layer name > op type > subgraph; among entries of the same kind the later one
     wins.  An entry that matches no node is reported with a warning (names can disappear in
     graph passes, e.g. a BatchNorm folded into its convolution).  Graph inputs appear in the
