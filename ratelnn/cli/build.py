@@ -10,11 +10,12 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from ..fileio import write_atomic
 from .common import (EXIT_OK, FRAMEWORKS, UsageError, check_model_path, detect_framework,
-                     existing, frontend, load_config, load_model, parse_device_info, say)
+                     existing, frontend, load_config, load_model, parse_device_info, say,
+                     effective_config)
 
 FORMS = ("cal", "quant", "npu")
 ANALYZE_BATCHES = 2        # default batches of the per-layer precision table
@@ -55,15 +56,19 @@ def parse_forms(text: str) -> List[str]:
 
 
 def write_forms(output_dir: Path, name: str, models: Dict[str, Any],
-                save: Callable[[Any, Path], List[str]]) -> List[str]:
+                save: Callable[[Any, Path], List[str]], files: Optional[Dict[str, bytes]] = None) -> List[str]:
     """Write the forms of one build as a set: every file is written into a staging
     directory inside ``output_dir`` first; then ``<name>_build.json`` (the set's manifest)
     is removed, the files are renamed into place, and a new manifest listing each file's
     SHA-256 is written last.  So a manifest present names files of one build only (a kill
-    between renames leaves no manifest); :func:`check_build` verifies one."""
+    between renames leaves no manifest); :func:`check_build` verifies one.  ``files``: more
+    files of the set, file name -> bytes (the effective config)."""
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-build-", dir=output_dir))
     try:
         staged = [Path(p) for form, model in models.items() for p in save(model, staging / f"{name}_{form}")]
+        for file, data in (files or {}).items():
+            write_atomic(staging / file, data)
+            staged.append(staging / file)
         digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in staged}
         manifest = output_dir / f"{name}_build.json"
         if manifest.exists():
@@ -117,9 +122,6 @@ def build(args) -> int:
     conv = frontend(framework).converter(load_model(args.model, framework), config, device_info)
     output_dir = Path(conv.config["output_dir"])
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / f"{conv.graph.name}_effective_config.json"   # docs/cli.md
-    write_atomic(path, (json.dumps(dict(conv.config), indent=1, sort_keys=True, default=str) + "\n").encode())
-    print(f"wrote {path}")
     if data is not None:
         from ..calibration.manifest import start_fresh, statistics_files
         previous = statistics_files(output_dir)
@@ -134,7 +136,8 @@ def build(args) -> int:
     for form in forms:
         say(f"making the {form} model")
         models[form] = getattr(conv, f"to_{form}")()
-    for path in write_forms(output_dir, conv.graph.name, models, frontend(framework).model_io.save_model):
+    effective = {f"{conv.graph.name}_effective_config.json": effective_config(conv.config)}  # docs/cli.md
+    for path in write_forms(output_dir, conv.graph.name, models, frontend(framework).model_io.save_model, effective):
         print(f"wrote {path}")
     if "npu" in models:
         from ..profile import model_engines, profile

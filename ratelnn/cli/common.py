@@ -115,6 +115,20 @@ def load_config(path: str, framework: str, overrides: Sequence[str] = (),
     return normalize(config, framework)
 
 
+def effective_config(config: Dict[str, Any]) -> bytes:
+    """The JSON of ``<name>_effective_config.json``: the flat config a build used, every
+    default filled in, whatever form it was written in (docs/cli.md)."""
+    return (json.dumps(dict(config), indent=1, sort_keys=True, default=str) + "\n").encode()
+
+
+def write_effective_config(output_dir: Path, name: str, config: Dict[str, Any]) -> Path:
+    """Write :func:`effective_config` as ``<output_dir>/<name>_effective_config.json``."""
+    from ..fileio import write_atomic
+    path = Path(output_dir) / f"{name}_effective_config.json"
+    write_atomic(path, effective_config(config))
+    return path
+
+
 # ================================================================== models on disk
 def frontend(framework: str):
     """The frontend package of ``framework`` (its ``converter``, ``model_io``...), the
