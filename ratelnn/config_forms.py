@@ -85,17 +85,19 @@ def resolve(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Tuple[Dic
     default (which a section may set without conflict)."""
     flat = {k: copy.deepcopy(v) for k, v in config.items() if k not in SECTIONS}
     unknown: List[str] = []
-    given: Dict[str, Tuple[str, Any]] = {}   # flat key -> (section spelling, value)
+    given: Dict[str, Tuple[str, Any, Any]] = {}   # flat key -> (section spelling, value, as written)
 
-    def put(flat_key: str, where: str, value: Any) -> None:
+    def put(flat_key: str, where: str, value: Any, written: Any = None) -> None:
+        """Set ``flat_key`` from the section spelling ``where`` (``written``: the user's value)."""
+        shown = value if written is None else written
         if flat_key in given and given[flat_key][1] != value:
-            raise ConfigError(f"{given[flat_key][0]} = {given[flat_key][1]!r} and {where} = {value!r} "
+            raise ConfigError(f"{given[flat_key][0]} = {given[flat_key][2]!r} and {where} = {shown!r} "
                               "set the same thing differently")
         if flat_key in flat and flat[flat_key] != defaults.get(flat_key) and flat_key not in given \
                 and flat[flat_key] != value:
-            raise ConfigError(f"{flat_key} = {flat[flat_key]!r} and {where} = {value!r} set the same "
+            raise ConfigError(f"{flat_key} = {flat[flat_key]!r} and {where} = {shown!r} set the same "
                               "thing differently: give one of them")
-        given[flat_key] = (where, value)
+        given[flat_key] = (where, value, shown)
         flat[flat_key] = value
 
     quant = _section(config, "quant")
@@ -107,9 +109,9 @@ def resolve(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Tuple[Dic
         _typed(f"quant.{key}", value, kind)
         if key == "input_configs":
             continue
-        value = {"method": _method, "layers": _layer_configs, "bias": bias_data_type}[conv](f"quant.{key}", value) \
+        resolved = {"method": _method, "layers": _layer_configs, "bias": bias_data_type}[conv](f"quant.{key}", value) \
             if conv else value
-        put(flat_key, f"quant.{key}", value)
+        put(flat_key, f"quant.{key}", resolved, value)
     compiler = _section(config, "compiler")
     for key, value in compiler.items():
         if key not in COMPILER_KEYS:
@@ -117,6 +119,10 @@ def resolve(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Tuple[Dic
             continue
         flat_key, kind, _ = COMPILER_KEYS[key]
         _typed(f"compiler.{key}", value, kind)
+        if key == "check" and value not in (0, 1, 2):
+            raise ConfigError(f"compiler.check must be 0, 1 or 2, got {value!r}")
+        if key == "max_dynamic_batch_size" and value < 0:
+            raise ConfigError(f"compiler.max_dynamic_batch_size must be an integer >= 0 (0: off), got {value!r}")
         put(flat_key, f"compiler.{key}", value)
     entries = _input_entries(config, quant)
     unknown += _inputs(entries, put)
