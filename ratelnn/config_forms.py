@@ -31,7 +31,7 @@ DATA_TYPE_NAMES = {"u8": "uint8", "s8": "int8", "u16": "int16", "s16": "int16", 
                    "uint8": "uint8", "int8": "int8", "int16": "int16", "float32": "fp32"}
 SRC_DTYPES = {"u8": "uint8", "uint8": "uint8", "fp32": "float32", "float32": "float32"}
 LAYOUTS = ("NHWC", "NCHW")
-CHANNEL_ORDERS = {"rgb": "RGB", "bgr": "BGR", "gray": "RGB"}
+CHANNEL_ORDERS = {"rgb": "RGB", "bgr": "BGR"}   # 1-channel inputs read grayscale anyway
 PRECISION_METHODS = ("PerLayer", "EndToEnd")
 PRECISION_MODES = ("Reference", "NPUBackend")
 BIAS_TYPES = {"s32": "int32", "int32": "int32"}
