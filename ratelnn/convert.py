@@ -56,10 +56,14 @@ class ConvertImpl:
 
     def quantized_ir(self, graph_quant: Any = None) -> Graph:
         """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
-        recovered from ``graph_quant``, a quantized model made by ``to_quant``."""
+        recovered from ``graph_quant``: a quantized model made by ``to_quant``, or a
+        pre-quantized (quantization-aware-trained) model whose own fake-quantization nodes
+        give the ranges (docs/quantization.md "Importing pre-quantized (QAT) graphs")."""
         if graph_quant is not None:
             from .quantization.recover import strip_qdq
-            qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+            qgraph = self.handler.import_prequantized(graph_quant, self.config)
+            if qgraph is None:
+                qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
             qgraph.name = self.graph.name
             return qgraph
         from .calibration.manifest import check_owner

@@ -4,7 +4,7 @@ each frontend (ratelnn.frontend.tensorflow, ratelnn.frontend.mxnet) subclasses
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, Optional
 
 from ..config import QuantConfig
 from ..errors import ModelError
@@ -36,7 +36,12 @@ class ModelHandler(abc.ABC):
 
     def import_graph(self, graph_def: Any, config: QuantConfig) -> Graph:
         """Framework model -> optimised float IR (the default passes of docs/ir.md)."""
-        return _integer_inputs_checked(_validated(run_default_passes(self.translate(graph_def, config))))
+        return checked_float_ir(self.translate(graph_def, config))
+
+    def import_prequantized(self, graph_quant: Any, config: QuantConfig) -> Optional[Graph]:
+        """The quantized IR of a pre-quantized (quantization-aware-trained) model, from its
+        own fake-quantization nodes; None when the model has none (docs/quantization.md)."""
+        return None
 
     def import_quantized(self, graph_quant: Any, config: QuantConfig) -> Graph:
         """A quantized model made by ``to_quant`` -> IR keeping its Quant/Dequant structure,
@@ -46,6 +51,11 @@ class ModelHandler(abc.ABC):
         graph.prune()
         record_qdq_qparams(graph)
         return _validated(graph)
+
+
+def checked_float_ir(graph: Graph) -> Graph:
+    """A translated float IR after the default passes, validated (ModelError otherwise)."""
+    return _integer_inputs_checked(_validated(run_default_passes(graph)))
 
 
 _MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "ExpandDims", "Identity"}
