@@ -238,6 +238,7 @@ def depthwise_steps(graph, graph_def, steps: Dict[str, np.ndarray], labels: Dict
     """Give the IR weights of depthwise convs (``[kh, kw, 1, Cin*M]``, reshaped from a folded
     ``[kh, kw, Cin, M]`` Const by the importer) the steps of that Const, in their layout."""
     nodes = {nd.name: nd for nd in graph_def.node}
+    reshaped = set()
     for node in graph.nodes:
         nd = nodes.get(node.name)
         if node.op != "Conv2D" or nd is None or nd.op != "DepthwiseConv2dNative" or node.inputs[1] in steps:
@@ -253,3 +254,6 @@ def depthwise_steps(graph, graph_def, steps: Dict[str, np.ndarray], labels: Dict
             step = np.broadcast_to(step, tf_shape).reshape(graph.tensors[node.inputs[1]].shape)
         steps[node.inputs[1]] = step
         labels[node.inputs[1]] = labels[src]
+        reshaped.add(src)
+    for src in reshaped:   # read only through the reshaped copies
+        del steps[src]
