@@ -46,7 +46,7 @@ def test_qat_graph_compiles_without_calibration(qat, tmp_path):
     assert not (tmp_path / "out" / "ratel_stats").exists()
     fake_quant, compiled = _accuracy(graph_def, x, y), _accuracy(npu, x, y)
     print(f"fake-quant model {fake_quant:.4f}, compiled {compiled:.4f} on {len(y)} test images")
-    assert fake_quant > 0.8
+    assert fake_quant > 0.75   # trained (10% is chance)
     assert abs(compiled - fake_quant) <= 0.005
 
 
@@ -110,7 +110,7 @@ def test_quantize_and_dequantize_graph(qat, tmp_path):
     assert sum(n.op == "RatelEngineOp" for n in npu.node) == 1
     assert any(n.op == "Softmax" for n in npu.node)   # no range: left to TensorFlow
     qdq, compiled = _accuracy(graph_def, x, y, "probs:0"), _accuracy(npu, x, y, "probs:0")
-    assert qdq > 0.8
+    assert qdq > 0.75
     assert abs(compiled - qdq) <= 0.005
 
 
