@@ -40,6 +40,10 @@ DEFAULTS: Dict[str, Any] = {
     "auto_int16_max_fraction": 0.1,
     "remove_input_quant": False,
     "static_batch_sizes": [],
+    # precision analysis (docs/quantization.md)
+    "precision_analysis": False,
+    "precision_analysis_method": "EndToEnd",
+    "precision_analysis_mode": "Reference",
     "round_mode": "half_away_from_zero",
     "invocations_per_frame": 1,
     "model_name": None,
