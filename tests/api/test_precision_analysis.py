@@ -113,3 +113,23 @@ def test_bad_method_or_mode_is_a_config_error(calibrated):
     bad = converter(_chain_graph(), dict(conv.config, precision_analysis_mode="GPU"))
     with pytest.raises(ConfigError, match="precision_analysis_mode"):
         bad.analyze(data[:8])
+
+
+def test_cli_build_shows_the_per_layer_columns(tmp_path, capsys):
+    """``precision_analysis: true`` with ``precision_analysis_method: PerLayer`` in the config
+    makes ``ratelnn build`` print the table with the PerLayer columns (no --analyze needed)."""
+    import json
+    from ratelnn.cli import main
+    (tmp_path / "m.pb").write_bytes(_chain_graph().SerializeToString())
+    np.save(tmp_path / "x.npy", np.random.default_rng(4).normal(size=(16, 8, 8, 2)).astype(np.float32))
+    config = {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[8, 8, 8, 2]],
+              "output_dir": str(tmp_path / "out"), "model_name": "chain", "precision_analysis": True,
+              "precision_analysis_method": "PerLayer"}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    code = main(["build", str(tmp_path / "c.json"), "--model", str(tmp_path / "m.pb"), "--data",
+                 str(tmp_path / "x.npy"), "--forms", "quant", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "PerLayer SQNR" in out and "float vs quant on 16 samples" in out
+    report = Report.from_json((tmp_path / "out" / "chain_analysis_quant.json").read_text())
+    assert report.method == "PerLayer" and all(r.per_layer_sqnr_db is not None for r in report.rows)
