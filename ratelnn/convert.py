@@ -120,13 +120,15 @@ class ConvertImpl:
         return load_statistics(self.config["output_dir"])
 
     def analyze(self, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
-                max_batches: Optional[int] = None, progress: bool = False, method: Optional[str] = None):
+                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
+                method: Optional[str] = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
         (``"npu"``) model against the float model on ``data``: a
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
         ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
+        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``.
         Defaults from config ``precision_analysis_mode`` (Reference: quant, NPUBackend: npu)
         and ``precision_analysis_method`` (EndToEnd, or PerLayer: each layer also fed the
         float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
-        return analyze(self, data, against, batch_size, max_batches, progress, method)
+        return analyze(self, data, against, batch_size, max_batches, progress, executor, method)

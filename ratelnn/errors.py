@@ -17,3 +17,7 @@ class CalibrationError(RatelError, RuntimeError):
 class QuantizationError(ModelError):
     """A pre-quantized model's ranges (FakeQuant / QuantizeAndDequantize nodes) cannot be
     represented by the NPU's symmetric arithmetic; the message names the node."""
+
+
+class DistributedError(RatelError, RuntimeError):
+    """Work sent to a distributed executor was lost and could not be run again."""
