@@ -148,14 +148,11 @@ def _absorb_all(g: Graph, grids: Mapping[str, Grid]) -> Dict[str, List[Grid]]:
     """Absorb every node named in ``grids`` (graph order); tensor -> the grids put on it."""
     on: Dict[str, List[Grid]] = {}
     for node in [n for n in g.nodes if n.name in grids]:
-        renamed = {}
         tensor = _absorb(g, node)
         if tensor is None:
             continue
-        if node.outputs[0] == tensor:   # took over a graph output: grids on the old name move
-            renamed = {t: tensor for t in on if t not in g.tensors}
-        for old, new in renamed.items():
-            on.setdefault(new, []).extend(on.pop(old))
+        for old in [t for t in on if t not in g.tensors]:   # renamed to a graph output it took over
+            on.setdefault(tensor, []).extend(on.pop(old))
         on.setdefault(tensor, []).append(grids[node.name])
     return on
 
@@ -239,11 +236,11 @@ def quantize_prequantized(graph: Graph, grids: Mapping[str, Grid], weight_steps:
                 "fake-quant node (a BatchNorm or per-channel Mul folded into the layer reading them); "
                 "fold the BatchNorm before the weights' fake-quant node")
     _quantize_params(g, plan, config, weights)
-    _check_biases(g, plan, weights, labels)
+    _check_biases(g, plan)
     return g
 
 
-def _check_biases(g: Graph, plan: QuantPlan, weights: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+def _check_biases(g: Graph, plan: QuantPlan) -> None:
     """QuantizationError when a bias saturated int32 at scale s_in * s_w (the weight scales of a
     pre-quantized graph are given, so they cannot be coarsened to make it fit)."""
     nodes = {n.name: n for n in g.nodes}

@@ -99,7 +99,8 @@ def test_npu_backend_per_layer_runs_the_engines(calibrated):
     floats = evaluate(conv.graph, {"x": data[:8]}, [t for n in nodes for t in n.inputs + n.outputs
                                                    if t in conv.graph.tensors and not conv.graph.is_param(t)])
     by_ref = _PerLayer(conv, qgraph, nodes, "quant", conv.config).run(floats)
-    by_npu = _PerLayer(conv, qgraph, nodes, "npu", conv.config).run(floats)
+    import pickle   # analyze(executor=) ships the per-layer engines to its workers
+    by_npu = pickle.loads(pickle.dumps(_PerLayer(conv, qgraph, nodes, "npu", conv.config))).run(floats)
     for n in nodes:
         t, step = n.outputs[0], qgraph.qparams[n.outputs[0]].scale
         codes_off = np.abs(np.rint((by_npu[t] - by_ref[t]) / step))

@@ -184,7 +184,7 @@ def test_nudging_matches_tensorflow(lo, hi, narrow, dtype):
         assert grid_dtype(grid) == dtype
 
 
-def test_bias_and_missing_range_warning_free_path(tmp_path):
+def test_fully_ranged_graph_compiles_without_warnings(tmp_path):
     """A fully ranged graph compiles without a warning (nothing falls back to float)."""
     graph_def = _one_conv_graph(lambda x: tf.quantization.fake_quant_with_min_max_vars(x, 0.0, 2.0))
     with warnings.catch_warnings():
