@@ -65,6 +65,11 @@ def grid_dtype(grid: Grid) -> str:
     for dtype, (qmin, qmax) in DTYPE_RANGES.items():
         if abs(grid.lo - qmin) <= 1 and abs(grid.hi - qmax) <= 1:
             return dtype
+    if grid.hi - grid.lo < 254:
+        raise QuantizationError(
+            f"{grid.label()}: range {grid.describe} has {grid.hi - grid.lo + 1} codes [{grid.lo}, "
+            f"{grid.hi}], fewer than 8 bits: the NPU's int8/uint8 would clamp at other codes than "
+            "the fake-quant model; use 8 or 16 bits")
     raise QuantizationError(
         f"{grid.label()}: range {grid.describe} puts zero at code {-grid.lo} of codes "
         f"[{grid.lo}, {grid.hi}] (step {grid.scale:.6g}); the NPU's symmetric arithmetic holds "
