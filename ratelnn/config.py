@@ -44,7 +44,7 @@ DEFAULTS: Dict[str, Any] = {
     "compiler_check": 0,
     # precision analysis (docs/quantization.md)
     "precision_analysis": False,
-    "precision_analysis_method": "PerLayer",
+    "precision_analysis_method": "EndToEnd",
     "precision_analysis_mode": "Reference",
     "conv_bias_data_type": "int32",   # the NPU adds the bias in the int32 accumulator
     # graph patches applied right after import (docs/quantization.md "Graph patches")

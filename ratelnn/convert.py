@@ -62,10 +62,14 @@ class ConvertImpl:
 
     def quantized_ir(self, graph_quant: Any = None) -> Graph:
         """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
-        recovered from ``graph_quant``, a quantized model made by ``to_quant``."""
+        recovered from ``graph_quant``: a quantized model made by ``to_quant``, or a
+        pre-quantized (quantization-aware-trained) model whose own fake-quantization nodes
+        give the ranges (docs/quantization.md "Importing pre-quantized (QAT) graphs")."""
         if graph_quant is not None:
             from .quantization.recover import strip_qdq
-            qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+            qgraph = self.handler.import_prequantized(graph_quant, self.config)
+            if qgraph is None:
+                qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
             qgraph.name = self.graph.name
             return qgraph
         from .calibration.manifest import check_owner
@@ -178,12 +182,16 @@ class ConvertImpl:
         feeds = {k: np.asarray(v)[:batch.size] for k, v in batch.feeds.items()}
         return keep_sample(self.config["output_dir"], self.fingerprint, feeds, limit)
 
-    def analyze(self, data: Any, against: str = "quant", batch_size: Optional[int] = None,
-                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None):
+    def analyze(self, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
+                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
+                method: Optional[str] = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
         (``"npu"``) model against the float model on ``data``: a
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
         ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
-        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``."""
+        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``.
+        Defaults from config ``precision_analysis_mode`` (Reference: quant, NPUBackend: npu)
+        and ``precision_analysis_method`` (EndToEnd, or PerLayer: each layer also fed the
+        float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
-        return analyze(self, data, against, batch_size, max_batches, progress, executor)
+        return analyze(self, data, against, batch_size, max_batches, progress, executor, method)

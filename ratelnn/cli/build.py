@@ -148,7 +148,7 @@ def build(args) -> int:
             print("\n".join("  " + p.engine_line(e) for e in p.engines))
         else:
             print("the compiled model has no NPU engine")
-    if args.analyze:
+    if args.analyze or (conv.config.get("precision_analysis") and args.data is not None):
         against = "npu" if "npu" in forms else "quant"
         report = conv.analyze(data, against=against, max_batches=args.analyze_batches, progress=progress)
         print(report.table())

@@ -4,7 +4,7 @@ each frontend (ratelnn.frontend.tensorflow, ratelnn.frontend.mxnet) subclasses
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, Optional
 
 from ..config import QuantConfig
 from ..errors import ModelError
@@ -40,8 +40,12 @@ class ModelHandler(abc.ABC):
         """Framework model -> optimised float IR (the default passes of docs/ir.md); the
         config's graph patches are applied first (docs/architecture.md §14)."""
         _check_op_types(config)
-        graph = apply_patches(self.translate(graph_def, config), config)
-        return _integer_inputs_checked(_validated(run_default_passes(graph)))
+        return checked_float_ir(apply_patches(self.translate(graph_def, config), config))
+
+    def import_prequantized(self, graph_quant: Any, config: QuantConfig) -> Optional[Graph]:
+        """The quantized IR of a pre-quantized (quantization-aware-trained) model, from its
+        own fake-quantization nodes; None when the model has none (docs/quantization.md)."""
+        return None
 
     def import_quantized(self, graph_quant: Any, config: QuantConfig) -> Graph:
         """A quantized model made by ``to_quant`` -> IR keeping its Quant/Dequant structure,
@@ -59,6 +63,11 @@ def _check_op_types(config: QuantConfig) -> None:
         types = entry.get("op_type", [])
         for name in [types] if isinstance(types, str) else types:
             registry.config_op_types(name, f"layer_configs[{i}].op_type")
+
+
+def checked_float_ir(graph: Graph) -> Graph:
+    """A translated float IR after the default passes, validated (ModelError otherwise)."""
+    return _integer_inputs_checked(_validated(run_default_passes(graph)))
 
 
 _MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "ExpandDims", "Identity"}

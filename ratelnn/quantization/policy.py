@@ -44,6 +44,10 @@ INPUT_DATA_TYPES = ("int8", "uint8", "int16")
 ACCUMULATOR_ROLES = frozenset(op.output_role for op in registry.OPS if op.form == registry.WEIGHTED)
 
 
+# graph.meta key: node names kept float whatever the config says (pre-quantized graphs)
+FLOAT_LAYERS_META = "float_layers"
+
+
 @dataclasses.dataclass
 class ParamUse:
     """A parameter read by a quantized node: ``node.inputs[slot] == param``.
@@ -216,6 +220,8 @@ def _role_bits(config: Mapping[str, Any], role: str) -> int:
 def make_plan(graph: Graph, config: Mapping[str, Any]) -> QuantPlan:
     """The quantization plan of ``graph`` (nodes must be in topological order)."""
     data_types = layer_data_types(graph, config)
+    # layers a pre-quantized graph gives no ranges for stay float (quantization/prequant.py)
+    data_types.update((name, "fp32") for name in graph.meta.get(FLOAT_LAYERS_META, ()))
     producers = {t: n for n in graph.nodes for t in n.outputs}
     quantized: List[str] = []
     anchors: List[str] = []
