@@ -58,7 +58,7 @@ def builds(fashion_mnist, fashion_cnn, tmp_path_factory):
     }
     native = {
         "input_nodes": ins, "output_nodes": outs, "input_shapes": [[BATCH, 28, 28, 1]],
-        "quantize_algorithm": "mse", "static_batch_sizes": [BATCH],
+        "quantize_algorithm": "mse", "static_batch_sizes": [BATCH], "precision_analysis_method": "PerLayer",
         "layer_configs": [{"op_type": "Conv2D", "data_type": "int16"},
                           {"layer_name": mean, "data_type": "uint8"},
                           {"start_tensor_names": [concat], "end_tensor_names": outs, "data_type": "fp32"}],
