@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.zoo import LocalDataset, measure, zoo_modules
+from helpers.zoo import SkimageDataset, measure, zoo_modules
 
 MIN_COSINE = 0.9   # measured: MobileNetV2 0.954 (its top-1 agreement ~0.3: near-uniform random
                    # logits), ResNet18 0.998, SqueezeNet 0.9999 (2 cores, Dec 2026)
@@ -16,7 +16,7 @@ MIN_COSINE = 0.9   # measured: MobileNetV2 0.954 (its top-1 agreement ~0.3: near
 def test_gluon_random_npu_close_to_fp32(name, tmp_path):
     model, _ = zoo_modules(name)
     assert model.WEIGHTS == "random"
-    result = measure(name, tmp_path, LocalDataset("sample_photos"), input_shapes=model.TEST_INPUT_SHAPES)
+    result = measure(name, tmp_path, SkimageDataset("sample_photos"), input_shapes=model.TEST_INPUT_SHAPES)
     print(f"\n{name}: " + "  ".join(f"{s} {result[s].metrics}" for s in ("fp32", "quant", "npu")), result["seconds"])
     assert result["npu"].samples == 15
     assert result["npu"].metrics["mean_cosine"] >= MIN_COSINE, result["npu"].metrics

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.zoo import LocalDataset, measure
+from helpers.zoo import SkimageDataset, measure
 
 FACE_NETS = ["mtcnn_pnet_mx", "mtcnn_rnet_mx", "mtcnn_onet_mx"]
 
 
 @pytest.fixture(scope="module")
 def faces():
-    return LocalDataset("lfw_face_nonface")
+    return SkimageDataset("lfw_face_nonface")
 
 
 @pytest.mark.parametrize("name", FACE_NETS)

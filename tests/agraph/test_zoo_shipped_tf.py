@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.zoo import LocalDataset, load_fp32, measure, runner, zoo_modules
+from helpers.zoo import SkimageDataset, load_fp32, measure, runner, zoo_modules
 
 PAIRS = [("mtcnn_pnet_tf", "mtcnn_pnet_mx"), ("mtcnn_rnet_tf", "mtcnn_rnet_mx"),
          ("mtcnn_onet_tf", "mtcnn_onet_mx"), ("fer_emotion_tf", "fer_emotion_mx")]
@@ -15,7 +15,7 @@ PAIRS = [("mtcnn_pnet_tf", "mtcnn_pnet_mx"), ("mtcnn_rnet_tf", "mtcnn_rnet_mx"),
 
 @pytest.fixture(scope="module")
 def faces():
-    return LocalDataset("lfw_face_nonface")
+    return SkimageDataset("lfw_face_nonface")
 
 
 @pytest.fixture(scope="module")
