@@ -273,8 +273,11 @@ def _progress_run(run, total: int, label: str, enabled: bool):
     return wrapped, bar
 
 
-def _evaluate(entry, model_graph: Any, stage: str, size: str, limit, batch_size, progress,
-              reference_graph: Any = None) -> ModelMetrics:
+def evaluate_graph(entry: registry.ModelEntry, model_graph: Any, stage: str, size: str = "full",
+                   limit: Optional[int] = None, batch_size: int = BATCH_SIZE, progress: bool = False,
+                   reference_graph: Any = None) -> ModelMetrics:
+    """Run ``entry``'s ``evaluate()`` on ``model_graph`` (any form) at ``stage``; the
+    reference is ``reference_graph`` (the FP32 model), or the model itself when None."""
     dataset = datasets.get(entry.dataset)
     run = _LastOutputs(Model(entry, stage, size, model_graph, []).runner())
     # at fp32 the reference is the model itself: reuse the outputs of the same inputs
@@ -305,7 +308,7 @@ def evaluate(name_or_model, stage: str = "fp32", *, limit: Optional[int] = None,
     model = get(name_or_model, stage, size=size, executor=executor, progress=progress,
                 store=store, **build_options)
     reference = None if stage == "fp32" else get(model.entry.name, "fp32", size=size, store=store).graph
-    return _evaluate(model.entry, model.graph, stage, size, limit, batch_size, progress, reference)
+    return evaluate_graph(model.entry, model.graph, stage, size, limit, batch_size, progress, reference)
 
 
 def eval_model(graph: Any, name: str, *, stage: Optional[str] = None, limit: Optional[int] = None,
@@ -317,4 +320,4 @@ def eval_model(graph: Any, name: str, *, stage: Optional[str] = None, limit: Opt
     entry = _entry(name)
     stage = stage or stage_of(entry.framework, graph)
     reference = get(entry.name, "fp32", size=size, store=store).graph
-    return _evaluate(entry, graph, stage, size, limit, batch_size, progress, reference)
+    return evaluate_graph(entry, graph, stage, size, limit, batch_size, progress, reference)

@@ -110,10 +110,11 @@ def _import_file(module_name: str, path: Path) -> types.ModuleType:
     return module
 
 
-def import_folder(folder: Path):
+def import_folder(folder: Path, fresh: bool = False):
     """``(model module, eval module or None)`` of a model folder.  Zoo folders import as
     ``agraph.models.<name>``; others as ``agraph_user_models.<name>`` (relative imports work).
-    Errors while importing propagate as they are (check.py reports them)."""
+    ``fresh``: re-read a user folder's files even if imported before.  Errors while importing
+    propagate as they are (check.py reports them)."""
     folder = Path(folder).resolve()
     if folder.parent == ZOO_DIR:
         package = f"agraph.models.{folder.name}"
@@ -126,7 +127,7 @@ def import_folder(folder: Path):
         sys.modules[_USER_PACKAGE] = root
     package = f"{_USER_PACKAGE}.{folder.name}"
     module = sys.modules.get(package)
-    if module is None or list(getattr(module, "__path__", [])) != [str(folder)]:
+    if fresh or module is None or list(getattr(module, "__path__", [])) != [str(folder)]:
         for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
             del sys.modules[key]
         module = types.ModuleType(package)
