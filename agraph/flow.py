@@ -142,16 +142,22 @@ def _as_list(x) -> List[np.ndarray]:
     return [x] if isinstance(x, np.ndarray) else list(x)
 
 
+def converter_config(model: Model, batch_size: int = BATCH_SIZE,
+                     config: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The converter config of a zoo model: its inputs, outputs and shapes at ``batch_size``,
+    engines named after it, statistics under :func:`work_dir`, plus ``config``."""
+    return {"input_nodes": model.entry.inputs, "output_nodes": model.entry.outputs,
+            "input_shapes": model.input_shapes(batch_size), "model_name": model.entry.name,
+            "output_dir": str(work_dir(model.entry, model.size) / "stats"), **(config or {})}
+
+
 def converter(model: Model, batch_size: int = BATCH_SIZE, config: Optional[Dict[str, Any]] = None):
-    """The ``ratelnn`` converter of an FP32 model, statistics under :func:`work_dir`."""
+    """The ``ratelnn`` converter of an FP32 model (:func:`converter_config`)."""
     if model.entry.framework == "tensorflow":
         from ratelnn.frontend.tensorflow import converter as make
     else:
         from ratelnn.frontend.mxnet import converter as make
-    cfg = {"input_nodes": model.entry.inputs, "output_nodes": model.entry.outputs,
-           "input_shapes": model.input_shapes(batch_size),
-           "output_dir": str(work_dir(model.entry, model.size) / "stats"), **(config or {})}
-    return make(model.graph, cfg)
+    return make(model.graph, converter_config(model, batch_size, config))
 
 
 def _options(calibration_samples: int, batch_size: int, config: Optional[Dict[str, Any]]) -> Dict[str, Any]:
