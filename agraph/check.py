@@ -163,7 +163,7 @@ def check(folder, static: bool = False) -> List[Violation]:
     reason = registry.valid_name(name)
     if reason:
         found.append(Violation(1, reason))
-    taken = registry.folders().get(name)
+    taken = registry.folders(added=False).get(name)
     if taken is not None and taken.resolve() != folder:
         found.append(Violation(1, f"model name {name!r} is already taken by {taken}"))
     for fname in ("model.py", "eval.py"):

@@ -78,21 +78,22 @@ def valid_name(name: str) -> Optional[str]:
 
 
 def add_folder(folder) -> Path:
-    """Register a model folder outside the zoo for this process; returns its path."""
+    """Register a model folder outside the zoo for this process (replacing an added folder of
+    the same name); returns its path."""
     folder = Path(folder).resolve()
-    if folder not in _extra_folders:
-        _extra_folders.append(folder)
+    _extra_folders[:] = [f for f in _extra_folders if f.name != folder.name] + [folder]
     return folder
 
 
-def folders() -> Dict[str, Path]:
-    """Model name -> folder, zoo folders first; a user folder cannot shadow a zoo name."""
+def folders(added: bool = True) -> Dict[str, Path]:
+    """Model name -> folder: the zoo's, then those under AGRAPH_MODELS_PATH, then (``added``)
+    those of :func:`add_folder`; a later folder cannot shadow an earlier name."""
     found: Dict[str, Path] = {}
     for folder in sorted(ZOO_DIR.iterdir()):
         if folder.is_dir() and (folder / "model.py").is_file() and not folder.name.startswith(("_", ".")):
             found[folder.name] = folder
     user = [f for root in paths.user_model_roots() if root.is_dir() for f in sorted(root.iterdir())]
-    for folder in user + _extra_folders:
+    for folder in user + (_extra_folders if added else []):
         if folder.is_dir() and (folder / "model.py").is_file() and folder.name not in found:
             found[folder.name] = folder.resolve()
     return found
@@ -160,9 +161,12 @@ def entry(name_or_folder) -> ModelEntry:
     """The registered model ``name`` (or the model folder at a path); RegistryError if it
     is unknown or its folder does not load."""
     text = str(name_or_folder)
-    if "/" in text or Path(text).is_dir() and (Path(text) / "model.py").is_file():
-        folder = add_folder(text)
+    if "/" in text or (Path(text).is_dir() and (Path(text) / "model.py").is_file()):
+        folder = Path(text).resolve()
         name = folder.name
+        if folders(added=False).get(name, folder) != folder:
+            raise RegistryError(f"model name {name!r} of {folder} is already taken by {folders()[name]}")
+        add_folder(folder)
     else:
         name = text
         known = folders()

@@ -46,6 +46,22 @@ def cached_keras(name: str, key: str, train: Callable[[], object]):
     return model
 
 
+def cached_frozen(name: str, key: str, keras_model: Callable[[], object], output_name: str,
+                  path: os.PathLike) -> Path:
+    """Write the frozen GraphDef of the Keras model ``keras_model()`` (see :func:`freeze_to_pb`)
+    to ``path``, through the cache file ``<name>-<key>.pb`` in the weights cache: a second
+    build copies those bytes without loading Keras."""
+    import shutil
+
+    folder = paths.weights_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    cached = folder / f"{name}-{key}.pb"
+    if not cached.is_file():
+        freeze_to_pb(keras_model(), cached, output_name)
+    shutil.copyfile(cached, path)
+    return Path(path)
+
+
 def freeze_to_pb(model, path: os.PathLike, output_name: str) -> Path:
     """Freeze the Keras ``model`` (batch dimension left open) to the binary GraphDef ``path``
     with its output node renamed ``output_name``; same model gives the same bytes."""

@@ -40,13 +40,14 @@ def build(workdir: Path, input_shapes=None) -> list:
     from sklearn.datasets import load_digits
 
     from agraph.datasets import digits_split
-    from agraph.training import cache_key, cached_keras, freeze_to_pb
+    from agraph.training import cache_key, cached_frozen, cached_keras
 
     digits = load_digits()
     train, _ = digits_split()
     x, y = preprocess(digits.images[train]), digits.target[train].astype(np.int64)
-    model = cached_keras(NAME, cache_key(__file__, "keras", [x, y]), lambda: _train(x, y))
-    return [freeze_to_pb(model, Path(workdir) / f"{NAME}.pb", OUTPUTS[0])]
+    key = cache_key(__file__, "keras", [x, y])
+    return [cached_frozen(NAME, key, lambda: cached_keras(NAME, key, lambda: _train(x, y)), OUTPUTS[0],
+                          Path(workdir) / f"{NAME}.pb")]
 
 
 def preprocess(samples: np.ndarray) -> np.ndarray:

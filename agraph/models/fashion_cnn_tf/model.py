@@ -19,16 +19,21 @@ TEST_INPUT_SHAPES = None
 
 
 def build(workdir: Path, input_shapes=None) -> list:
-    """Train (first time) or load the CNN and freeze it to ``workdir/fashion_cnn_tf.pb``."""
+    """Train (first time) or load the CNN and freeze it to ``workdir/fashion_cnn_tf.pb`` (the
+    frozen bytes are cached beside the weights)."""
+    import inspect
+
     from ratelnn.datasets import load_fashion_mnist
-    from ratelnn.testing.fashion_cnn import cached_fashion_cnn
+    from ratelnn.testing import fashion_cnn
 
     from agraph import paths
-    from agraph.training import freeze_to_pb
+    from agraph.training import cache_key, cached_frozen
 
     (x_train, y_train), _ = load_fashion_mnist()
-    model = cached_fashion_cnn(paths.weights_dir(), x_train, y_train)
-    return [freeze_to_pb(model, Path(workdir) / f"{NAME}.pb", OUTPUTS[0])]
+    key = cache_key(__file__, "keras", [x_train[::97], y_train]) + \
+        cache_key(inspect.getsourcefile(fashion_cnn), "tensorflow", [])[:8]
+    return [cached_frozen(NAME, key, lambda: fashion_cnn.cached_fashion_cnn(paths.weights_dir(), x_train, y_train),
+                          OUTPUTS[0], Path(workdir) / f"{NAME}.pb")]
 
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
