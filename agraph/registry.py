@@ -189,8 +189,9 @@ def entry(name_or_folder) -> ModelEntry:
 
 
 def list_models(names: Sequence[str] = ()) -> List[ModelEntry]:
-    """Entries of ``names`` (every registered model when empty), in name order."""
-    return [entry(n) for n in (names or sorted(folders()))]
+    """Entries of ``names`` (when empty: every model of the zoo and of AGRAPH_MODELS_PATH;
+    folders used by path are not listed), in name order."""
+    return [entry(n) for n in (names or sorted(folders(added=False)))]
 
 
 def counts(entries: Sequence[ModelEntry]) -> Dict[str, int]:

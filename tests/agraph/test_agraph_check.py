@@ -1,16 +1,12 @@
 """``python -m agraph check FOLDER``: each add-model rule broken gives its own message
 (docs/agraph.md, "Adding a model").  The folder under test is a small MXNet model with
 seeded random weights on the digits dataset; each test breaks one rule."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from agraph import cli
 from agraph.check import check
-
-from helpers.paths import REPO
 
 MODEL = textwrap.dedent('''
     from pathlib import Path
@@ -68,12 +64,11 @@ def messages(folder, static=False):
     return [str(v) for v in check(folder, static=static)]
 
 
-def test_a_valid_folder_passes_every_rule_and_the_cli_says_so(agraph_session, tmp_path):
+def test_a_valid_folder_passes_every_rule_and_the_cli_says_so(agraph_session, tmp_path, capsys):
     folder = make_folder(tmp_path)
     assert messages(folder) == []
-    proc = subprocess.run([sys.executable, "-m", "agraph", "check", str(folder)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
-    assert proc.returncode == 0 and "ok, every rule holds" in proc.stdout, proc.stdout + proc.stderr
+    assert cli.main(["check", str(folder)]) == 0
+    assert capsys.readouterr().out == f"{folder}: ok, every rule holds\n"
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -161,12 +156,9 @@ def test_build_failure_is_reported_with_its_place(agraph_session, tmp_path):
     assert "model.py:" in found
 
 
-def test_cli_prints_each_violation_and_exits_1(agraph_session, tmp_path):
+def test_cli_prints_each_violation_and_exits_1(agraph_session, tmp_path, capsys):
     folder = make_folder(tmp_path, "test_image", signature="limit=None")
     (folder / "net.pb").write_bytes(b"")
-    proc = subprocess.run([sys.executable, "-m", "agraph", "check", str(folder), "--static"],
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
-    assert proc.returncode == 1
-    lines = proc.stdout.splitlines()
+    assert cli.main(["check", str(folder), "--static"]) == 1
+    lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[1] for line in lines] == ["rule 1 (name)", "rule 5 (model files)", "rule 4 (eval.py)"], lines

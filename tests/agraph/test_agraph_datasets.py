@@ -2,17 +2,13 @@
 checksum; a missing, corrupt or mis-packed archive raises a DatasetError naming the file and
 the docs/agraph-datasets.md step (docs/agraph-datasets.md)."""
 import io
-import subprocess
-import sys
 import tarfile
 
 import numpy as np
 import pytest
 
-from agraph import datasets
+from agraph import cli, datasets
 from agraph.errors import DatasetError
-
-from helpers.paths import REPO
 
 
 def test_prepared_archives_load_with_their_layout(agraph_data):
@@ -84,12 +80,10 @@ def test_pack_round_trips_ragged_samples_and_counts(tmp_path):
         datasets.pack("ragged_photos", images, None, tmp_path / "x.zip")
 
 
-def test_cli_datasets_and_prepare_report_per_archive(tmp_path):
-    env = {"AGRAPH_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "agraph", "prepare", "lfw_face_nonface"], env=env,
-                         capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert str(tmp_path / "lfw_face_nonface.tar") in out.stdout
-    out = subprocess.run([sys.executable, "-m", "agraph", "datasets"], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert "ok (200 samples)" in out.stdout and "missing" in out.stdout  # the others are not prepared
+def test_cli_datasets_and_prepare_report_per_archive(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AGRAPH_DATA_DIR", str(tmp_path))
+    assert cli.main(["prepare", "lfw_face_nonface"]) == 0
+    assert str(tmp_path / "lfw_face_nonface.tar") in capsys.readouterr().out
+    assert cli.main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    assert "ok (200 samples)" in out and "missing" in out  # the others are not prepared

@@ -31,7 +31,7 @@ def build(workdir: Path, input_shapes=None) -> list:
 
     (x_train, y_train), _ = load_fashion_mnist()
     key = cache_key(__file__, "keras", [x_train[::97], y_train]) + \
-        cache_key(inspect.getsourcefile(fashion_cnn), "tensorflow", [])[:8]
+        cache_key(inspect.getsourcefile(fashion_cnn), "keras", [])[:8]
     return [cached_frozen(NAME, key, lambda: fashion_cnn.cached_fashion_cnn(paths.weights_dir(), x_train, y_train),
                           OUTPUTS[0], Path(workdir) / f"{NAME}.pb")]
 
