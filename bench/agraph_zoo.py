@@ -4,9 +4,9 @@ FP32 -> quant -> npu at full input size, each evaluated by its own eval.py at ev
 Calibration: the left-right mirrored samples of the model's dataset (all of them, one
 batch); the metric is measured on the samples themselves. Shipped-weight models (MTCNN,
 fer) are scored on lfw_face_nonface, random-weight ones by agreement with FP32 on
-scikit-image's 15 sample photos (``ratelnn.testing.zoo.measure``; the datasets are built from
-scikit-image directly, the same samples ``agraph.datasets`` packs). Prints a rich table and
-writes its section of docs/benchmarks.md.
+scikit-image's 15 sample photos (``ratelnn.testing.zoo.measure``; datasets prepared by
+``agraph.datasets`` into a temporary data root). Prints a rich table and writes its section
+of docs/benchmarks.md.
 
     python bench/agraph_zoo.py [--only NAME ...] [--size full|test] [--no-write]
 """
@@ -35,11 +35,15 @@ MODELS = ["mtcnn_pnet_tf", "mtcnn_rnet_tf", "mtcnn_onet_tf", "fer_emotion_tf",
 
 
 def run_one(name: str, size: str, workdir: Path, datasets: dict, model_config: bool = True) -> dict:
-    from ratelnn.testing.zoo import SkimageDataset, measure
+    from agraph import datasets as zoo_datasets
+    from ratelnn.testing.zoo import measure
     model = importlib.import_module(f"agraph.models.{name}.model")
     evaluation = importlib.import_module(f"agraph.models.{name}.eval")
     shapes = model.TEST_INPUT_SHAPES if size == "test" else None
-    dataset = datasets.setdefault(model.DATASET, SkimageDataset(model.DATASET))
+    if model.DATASET not in datasets:
+        zoo_datasets.prepare(model.DATASET, workdir / "data")
+        datasets[model.DATASET] = zoo_datasets.get(model.DATASET, workdir / "data")
+    dataset = datasets[model.DATASET]
     row = {"name": name, "framework": model.FRAMEWORK, "weights": model.WEIGHTS, "dataset": model.DATASET,
            "shape": "x".join(map(str, (shapes or model.INPUT_SHAPES)[0][1:]))}
     start = time.time()
@@ -53,8 +57,8 @@ def run_one(name: str, size: str, workdir: Path, datasets: dict, model_config: b
     second = [k for k in result["fp32"].metrics if k != metric][:1]
     return {**row, "metric": metric, **{s: result[s].metrics[metric] for s in ("fp32", "quant", "npu")},
             "second": second[0] if second else "", "npu_second": result["npu"].metrics[second[0]] if second else None,
-            "samples": result["npu"].samples, "config": "int16 (CONVERTER_CONFIG)" if model_config and hasattr(model, "CONVERTER_CONFIG")
-            else "defaults", "seconds": time.time() - start}
+            "samples": result["npu"].samples, "seconds": time.time() - start,
+            "config": "int16 (CONVERTER_CONFIG)" if model_config and hasattr(model, "CONVERTER_CONFIG") else "defaults"}
 
 
 HEADER = ["model", "framework", "weights", "dataset", "input", "converter", "metric", "fp32", "quant", "npu",

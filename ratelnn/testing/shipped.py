@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 

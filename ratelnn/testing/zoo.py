@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -263,39 +264,6 @@ def stages(model, workdir: Path, calibration: np.ndarray, input_shapes=None,
             "seconds": seconds}
 
 
-class SkimageDataset:
-    """The zoo's scikit-image datasets (``lfw_face_nonface``, ``sample_photos``) built straight
-    from scikit-image, with the samples, labels and ``batches()`` of ``agraph.datasets.Dataset``
-    (which packs the same samples into checked archives)."""
-
-    def __init__(self, key: str) -> None:
-        from skimage import data
-        self.key = key
-        if key == "lfw_face_nonface":
-            self.samples = data.lfw_subset().astype(np.float32)
-            self.labels = np.array([1] * 100 + [0] * 100, dtype=np.int64)
-        elif key == "sample_photos":
-            images = []
-            for name in ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry",
-                         "colorwheel", "camera", "moon", "brick", "grass", "gravel", "clock", "text", "page"):
-                image = np.asarray(getattr(data, name)())
-                images.append(np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image[..., :3])
-            self.samples = np.empty(len(images), dtype=object)
-            self.samples[:] = images
-            self.labels = None
-        else:
-            raise KeyError(key)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def batches(self, batch_size: int = 32, limit: Optional[int] = None):
-        count = len(self.samples) if limit is None else min(limit, len(self.samples))
-        for start in range(0, count, batch_size):
-            end = min(start + batch_size, count)
-            yield self.samples[start:end], None if self.labels is None else self.labels[start:end]
-
-
 def mirrored(samples) -> np.ndarray:
     """Dataset samples flipped left-right: the calibration set of the zoo tests (the same
     images the metric is measured on would make calibration look better than it is)."""
@@ -310,15 +278,17 @@ def mirrored(samples) -> np.ndarray:
 def measure(model, evaluation, workdir: Path, dataset, input_shapes=None, limit=None,
             model_config: bool = True) -> Dict[str, object]:
     """A zoo model (its ``model`` and ``eval`` modules) through FP32 -> quant -> npu,
-    calibrated on the mirrored samples of ``dataset``, evaluated by its eval.py at each stage: ``{stage: ModelMetrics}`` plus
+    calibrated on the mirrored samples of ``dataset``, evaluated by its eval.py at each stage:
+    ``{stage: ModelMetrics}`` plus
     ``"seconds"`` (build/calibrate/to_quant/to_npu/evaluate wall seconds). ``model_config``:
     see :func:`stages`."""
     samples = dataset.samples if limit is None else dataset.samples[:limit]
     extra = {} if input_shapes is None else {"input_shapes": input_shapes}
     calibration = model.preprocess(mirrored(samples), **extra)
     runs = stages(model, workdir, calibration, input_shapes=input_shapes, model_config=model_config)
+    evaluate = evaluation.evaluate if input_shapes is None else partial(evaluation.evaluate_at, input_shapes)
     start = time.time()
-    result = {stage: evaluation.evaluate(runs[stage], dataset, stage, limit=limit, reference=runs["fp32"], **extra)
+    result = {stage: evaluate(runs[stage], dataset, stage, limit=limit, reference=runs["fp32"])
               for stage in ("fp32", "quant", "npu")}
     runs["seconds"]["evaluate"] = time.time() - start
     result["seconds"] = runs["seconds"]

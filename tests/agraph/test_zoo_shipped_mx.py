@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.zoo import SkimageDataset, measure
+from helpers.zoo import measure, zoo_dataset
 
 FACE_NETS = ["mtcnn_pnet_mx", "mtcnn_rnet_mx", "mtcnn_onet_mx"]
 
+# the first 50 of lfw_face_nonface's 100 faces (the int16 model runs slowly in the emulator;
+# bench/agraph_zoo.py scores all 100)
+FER_FACES = 50
+
 
 @pytest.fixture(scope="module")
-def faces():
-    return SkimageDataset("lfw_face_nonface")
+def faces(tmp_path_factory):
+    return zoo_dataset("lfw_face_nonface", tmp_path_factory.mktemp("data"))
 
 
 @pytest.mark.parametrize("name", FACE_NETS)
@@ -24,8 +28,8 @@ def test_mtcnn_mx_npu_within_one_point_of_fp32(name, faces, tmp_path):
 
 
 def test_fer_mx_npu_agrees_with_fp32(faces, tmp_path):
-    result = measure("fer_emotion_mx", tmp_path, faces, limit=100)   # the 100 faces
+    result = measure("fer_emotion_mx", tmp_path, faces, limit=FER_FACES)
     print("\nfer_emotion_mx: " + "  ".join(f"{s} {result[s].metrics}" for s in ("fp32", "quant", "npu")),
           result["seconds"])
-    assert result["npu"].samples == 100
+    assert result["npu"].samples == FER_FACES
     assert result["npu"].metrics["top1_agreement"] >= 0.99, result["npu"].metrics

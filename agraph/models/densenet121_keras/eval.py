@@ -8,11 +8,15 @@ NAME, DATASET, FRAMEWORK = "densenet121_keras", "sample_photos", "tensorflow"
 INPUT_SHAPES = [[1, 224, 224, 3]]
 
 
-def evaluate(run, dataset, stage, *, limit=None, batch_size=32, reference=None, input_shapes=None) -> ModelMetrics:
+def evaluate(run, dataset, stage, *, limit=None, batch_size=32, reference=None) -> ModelMetrics:
     """``top1_agreement`` and ``mean_cosine`` of the logits against ``reference`` (the FP32
-    model; ``run`` itself when None). ``input_shapes``: the size the model was built at
-    (default :data:`INPUT_SHAPES`; the tests use the model's TEST_INPUT_SHAPES)."""
-    side = zoo.side_of(input_shapes or INPUT_SHAPES, FRAMEWORK)
+    model; ``run`` itself when None), the model at :data:`INPUT_SHAPES`."""
+    return evaluate_at(INPUT_SHAPES, run, dataset, stage, limit=limit, batch_size=batch_size, reference=reference)
+
+
+def evaluate_at(input_shapes, run, dataset, stage, *, limit=None, batch_size=32, reference=None) -> ModelMetrics:
+    """:func:`evaluate` of the model built at ``input_shapes`` (e.g. its TEST_INPUT_SHAPES)."""
+    side = zoo.side_of(input_shapes, FRAMEWORK)
     logits, ref, _ = zoo.collect(run, dataset, lambda s: zoo.photo_input(s, side, FRAMEWORK), 0, limit=limit,
                                  batch_size=batch_size, reference=reference)
     ref = logits if ref is None else ref

@@ -1,8 +1,8 @@
 """MTCNN P-Net (proposal net) with the weights the ``mtcnn`` 1.0.0 package ships (MIT licence,
 ``mtcnn/assets/weights/pnet.lz4``), frozen from the package's Keras net.
 
-``images`` [N,12,12,3] RGB scaled by (p - 127.5) / 128 -> fully convolutional; evaluated here at 12x12, its window size, where its maps
-are 1x1: box [N,1,1,4], prob [N,1,1,2]
+``images`` [N,12,12,3] RGB scaled by (p - 127.5) / 128 -> box [N,1,1,4], prob [N,1,1,2]
+(fully convolutional; evaluated here at 12x12, its window size, where its maps are 1x1)
 (prob index 1 = face). Metric: face/non-face accuracy of argmax(prob) on lfw_face_nonface
 (crops resized to 12x12, grey repeated to RGB).
 """
