@@ -6,7 +6,7 @@ batch); the metric is measured on the samples themselves. Shipped-weight models 
 fer) are scored on lfw_face_nonface, random-weight ones by agreement with FP32 on
 scikit-image's 15 sample photos (``ratelnn.testing.zoo.measure``; datasets prepared by
 ``agraph.datasets`` into a temporary data root). Prints a rich table and writes its section
-of docs/benchmarks.md.
+of docs/agraph.md ("Zoo table").
 
     python bench/agraph_zoo.py [--only NAME ...] [--size full|test] [--no-write]
 """
@@ -79,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=MODELS)
     parser.add_argument("--size", choices=("full", "test"), default="full")
-    parser.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print only, leave docs/agraph.md alone")
     args = parser.parse_args()
     import ratelnn
     from rich.console import Console
@@ -102,7 +102,7 @@ def main() -> None:
     Console(width=220).print(table)
     if args.no_write:
         return
-    lines = ["## AGraph zoo: shipped and random-weight models, FP32 -> quant -> npu", "",
+    lines = ["## Zoo table: shipped and random-weight models, FP32 -> quant -> npu", "",
              f"Command: `python bench/agraph_zoo.py{' --size test' if args.size == 'test' else ''}`", "",
              f"Machine: {cpu_name()}. Calibration on the left-right mirrored samples of each model's "
              "dataset, metric on the samples themselves. `shipped` weights come from the `mtcnn` 1.0.0 and "
@@ -112,7 +112,7 @@ def main() -> None:
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
     lines += ["", f"Total time {time.time() - start:.0f} s."]
-    write_section("agraph_zoo", "\n".join(lines))
+    write_section("agraph_zoo", "\n".join(lines), doc=ROOT / "docs" / "agraph.md")
 
 
 if __name__ == "__main__":
