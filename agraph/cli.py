@@ -154,8 +154,9 @@ def cmd_build(args) -> int:
     from . import flow
 
     for name in args.names:
-        for stage in ("fp32", "quant", "npu"):
-            model = flow.get(name, stage, size=args.size, progress=not args.quiet, **_stage_options(args))
+        flow.get(name, "npu", size=args.size, progress=not args.quiet, force=args.force, **_stage_options(args))
+        for stage in ("fp32", "quant", "npu"):  # all stored now: these only read
+            model = flow.get(name, stage, size=args.size, **_stage_options(args))
             print(f"{name} {stage}: {', '.join(str(f) for f in model.files)}")
         figures = flow.npu_figures(model.graph)
         print(f"{name} npu: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
@@ -178,7 +179,7 @@ def cmd_export(args) -> int:
     from .store import Store
 
     path = Store().export(args.archive, args.names)
-    print(f"exported {len(Store().entries() if not args.names else args.names)} entries to {path}")
+    print(f"exported the store to {path} ({path.stat().st_size} bytes)")
     return 0
 
 
@@ -221,6 +222,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_eval)
     s = sub.add_parser("build", help="build fp32, quant and npu models into the store")
     s.add_argument("names", nargs="+")
+    s.add_argument("--force", action="store_true", help="rebuild every stage even if stored")
     stage_flags(s)
     s.set_defaults(func=cmd_build)
     s = sub.add_parser("check", help="validate a model folder against the add-model rules")
