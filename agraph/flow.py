@@ -27,7 +27,7 @@ from ratelnn.calibration.progress import Progress
 from ratelnn.runners import run_model
 
 from . import datasets, paths, registry
-from .errors import AGraphError, RegistryError, RuleError
+from .errors import AGraphError, RegistryError, RuleError, StoreError
 from .metrics import STAGES, ModelMetrics
 from .store import Store
 
@@ -193,7 +193,11 @@ def get(name_or_model, stage: str = "npu", *, size: str = "full", build: bool = 
                     "options": options if stage != "fp32" else {}}
             files = store.put(entry.name, stage, size, key, written, meta)
     by_name = {f.name: f for f in files}
-    files = [by_name[n] for n in model_file_names(entry.name, entry.framework)]  # symbol before params
+    expected = model_file_names(entry.name, entry.framework)
+    if sorted(by_name) != sorted(expected):
+        raise StoreError(f"store entry {store.entry_dir(entry.name, stage, size)} holds {sorted(by_name)}, "
+                         f"expected {expected}; rebuild with `python -m agraph build {entry.name} --force`")
+    files = [by_name[n] for n in expected]  # symbol before params
     return Model(entry, stage, size, _read(entry.framework, files), files)
 
 
