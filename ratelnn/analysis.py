@@ -83,6 +83,19 @@ class _Accumulator:
         self.saturated += int(np.count_nonzero((f > self.high) | (f < self.low)))
         self.count += f.size
 
+    def merge(self, other: "_Accumulator") -> None:
+        """Add the sums of ``other`` (the same tensor measured on other samples)."""
+        self.ff += other.ff
+        self.qq += other.qq
+        self.fq += other.fq
+        self.ee += other.ee
+        if other.channel_ff is not None:
+            self.channel_ff = other.channel_ff if self.channel_ff is None else self.channel_ff + other.channel_ff
+            self.channel_ee = other.channel_ee if self.channel_ee is None else self.channel_ee + other.channel_ee
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.saturated += other.saturated
+        self.count += other.count
+
     @property
     def cosine(self) -> float:
         if self.ff == 0 and self.qq == 0:
@@ -299,33 +312,88 @@ class _CompiledRunner:
         return captured
 
 
-def _model_values(conv, against: str, qgraph, config: Mapping[str, Any]):
-    """A function (feeds, tensors) -> {IR tensor: value} of the quantized (QDQ IR) or
-    compiled model made from ``qgraph`` under ``config``."""
-    from .ir.evaluate import evaluate
-    from .quantization.emit import emit_qdq
-    if against == "quant":
-        qdq = emit_qdq(qgraph, config)
-        names = _dequantized_names(qdq)
+class _QuantModel:
+    """The quantized model as a QDQ IR on the numpy evaluator: ``run(feeds, tensors)`` ->
+    {IR tensor: the dequantized value its readers see}."""
 
-        def run(feeds, tensors):
-            fetched = evaluate(qdq, feeds, [names.get(t, t) for t in tensors])
-            return {t: fetched[names.get(t, t)] for t in tensors}
-        return run
-    from .compiler import compile_graph
-    runners: Dict[tuple, _CompiledRunner] = {}
-    compiled = compile_graph(qgraph, config, conv.device_info)
+    def __init__(self, qgraph, config: Mapping[str, Any]) -> None:
+        from .quantization.emit import emit_qdq
+        self.qdq = emit_qdq(qgraph, config)
+        self.names = _dequantized_names(self.qdq)
 
-    def run(feeds, tensors):
+    def run(self, feeds, tensors) -> Dict[str, np.ndarray]:
+        from .ir.evaluate import evaluate
+        fetched = evaluate(self.qdq, feeds, [self.names.get(t, t) for t in tensors])
+        return {t: fetched[self.names.get(t, t)] for t in tensors}
+
+
+class _CompiledModel:
+    """The compiled model, engines on the reference executor: ``run(feeds, tensors)`` ->
+    {IR tensor: value} (engine tensors dequantized)."""
+
+    def __init__(self, qgraph, config: Mapping[str, Any], device_info) -> None:
+        from .compiler import compile_graph
+        self.compiled = compile_graph(qgraph, config, device_info)
+        self.runners: Dict[tuple, _CompiledRunner] = {}
+
+    def run(self, feeds, tensors) -> Dict[str, np.ndarray]:
         key = tuple(tensors)
-        if key not in runners:
-            runners[key] = _CompiledRunner(compiled, tensors)
-        got = runners[key].run(feeds)
+        if key not in self.runners:
+            self.runners[key] = _CompiledRunner(self.compiled, tensors)
+        got = self.runners[key].run(feeds)
         missing = [t for t in tensors if t not in got]
         if missing:
             raise RuntimeError(f"the compiled model holds no float or engine value for {missing}")
         return got
-    return run
+
+    def __getstate__(self):   # runners hold decoded engines: rebuilt where the model runs
+        return {"compiled": self.compiled, "runners": {}}
+
+
+def _model(conv, against: str, qgraph, config: Mapping[str, Any]):
+    """The quantized (``against="quant"``) or compiled model made from ``qgraph``."""
+    if against == "quant":
+        return _QuantModel(qgraph, config)
+    return _CompiledModel(qgraph, config, conv.device_info)
+
+
+class _Measure:
+    """Float model vs quantized/compiled model on blocks of batches (picklable, so a
+    ``ratelnn.distributed.RayExecutor`` can run it on its workers).
+
+    ``measure(block)``, ``block`` an iterable of ``(feeds, real samples)`` batches: the
+    accumulators of every measured tensor and the real rows of every graph output, float
+    and model, in batch order."""
+
+    def __init__(self, graph, model, tensors: List[str], outputs: List[str],
+                 accumulators: Mapping[str, _Accumulator], batch_size: int) -> None:
+        self.graph, self.model = graph, model
+        self.tensors, self.outputs = tensors, outputs
+        self.fetch = tensors + [o for o in outputs if o not in tensors]
+        self.accumulators = accumulators
+        self.batch_size = batch_size
+
+    def __call__(self, block, on_batch=None):
+        from .ir.evaluate import evaluate
+        acc = copy.deepcopy(self.accumulators)
+        float_out: Dict[str, List[np.ndarray]] = {o: [] for o in self.outputs}
+        model_out: Dict[str, List[np.ndarray]] = {o: [] for o in self.outputs}
+        samples = 0
+        for feeds, size in block:
+            f_vals = evaluate(self.graph, feeds, self.fetch)
+            q_vals = self.model.run(feeds, self.fetch)
+            for t in self.fetch:
+                f = _real_rows(f_vals[t], self.batch_size, size)
+                q = _real_rows(q_vals[t], self.batch_size, size)
+                if t in acc:
+                    acc[t].add(f, q)
+                if t in float_out:
+                    float_out[t].append(f)
+                    model_out[t].append(q)
+            samples += size
+            if on_batch is not None:
+                on_batch()
+        return acc, float_out, model_out, samples
 
 
 # ------------------------------------------------------------------ analysis
@@ -399,7 +467,7 @@ def _quant_rows(conv, stats, extra_layer_configs, feeds, float_values) -> tuple:
     qgraph = quantize(conv.graph, stats, config)
     nodes, tensors = _layers(qgraph, config)
     out = conv.graph.outputs[0]
-    got = _model_values(conv, "quant", qgraph, config)(feeds, tensors + [out])
+    got = _QuantModel(qgraph, config).run(feeds, tensors + [out])
     missing = [t for t in tensors if t not in float_values]
     float_values = dict(float_values, **(evaluate(conv.graph, feeds, missing) if missing else {}))
     acc = _accumulators(conv, qgraph, tensors)
@@ -457,8 +525,15 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
 
 
 def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] = None,
-            max_batches: Optional[int] = None, progress: bool = False) -> Report:
-    """The :class:`Report` of converter ``conv`` on ``data`` (any calibration data form)."""
+            max_batches: Optional[int] = None, progress: bool = False, executor: Any = None) -> Report:
+    """The :class:`Report` of converter ``conv`` on ``data`` (any calibration data form).
+
+    ``executor``: measure blocks of batches elsewhere, e.g. on the workers of a
+    ``ratelnn.distributed.RayExecutor`` (docs/distributed.md); the sums of the shards are
+    added in batch order, so the report equals the one-process report up to float64
+    summation order (the suggestions, made on the first batch here, are the same)."""
+    import itertools
+
     from .calibration.progress import Progress
     from .calibration.stats import load_statistics
     from .ir.evaluate import evaluate
@@ -469,34 +544,36 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
     qgraph = quantize(conv.graph, stats, conv.config)
     nodes, tensors = _layers(qgraph, conv.config)
     outputs = list(conv.graph.outputs)
-    fetch = tensors + [o for o in outputs if o not in tensors]
-    run_model = _model_values(conv, against, qgraph, conv.config)
-    acc = _accumulators(conv, qgraph, tensors)
-    float_out: Dict[str, List[np.ndarray]] = {o: [] for o in outputs}
-    model_out: Dict[str, List[np.ndarray]] = {o: [] for o in outputs}
     batches = conv.calibration_data(data, batch_size)
+    measure = _Measure(conv.graph, _model(conv, against, qgraph, conv.config), tensors, outputs,
+                       _accumulators(conv, qgraph, tensors), batches.batch_size)
     total = batches.num_batches if max_batches is None else min(max_batches, batches.num_batches or max_batches)
-    first = None
-    samples = 0
-    with Progress(total, f"analyze ({against})", enabled=progress) as bar:
-        for i, batch in enumerate(batches):
-            if max_batches is not None and i >= max_batches:
-                break
-            f_vals = evaluate(conv.graph, batch.feeds, fetch)
-            q_vals = run_model(batch.feeds, fetch)
-            if first is None:
-                first = (batch.feeds, f_vals)
-            for t in fetch:
-                f = _real_rows(f_vals[t], batches.batch_size, batch.size)
-                q = _real_rows(q_vals[t], batches.batch_size, batch.size)
-                if t in acc:
-                    acc[t].add(f, q)
-                if t in float_out:
-                    float_out[t].append(f)
-                    model_out[t].append(q)
-            samples += batch.size
-            bar.update()
+    first: List[Any] = []
+
+    def feeds():
+        for batch in itertools.islice(batches, max_batches):
+            if not first:
+                first.append(batch.feeds)
+            yield batch.feeds, batch.size
+
+    if executor is None:
+        with Progress(total, f"analyze ({against})", enabled=progress) as bar:
+            parts = [measure(feeds(), bar.update)]
+    else:
+        parts = executor.map_blocks(measure, feeds(), total=total, label=f"analyze ({against})",
+                                    progress=progress)
+    if not first:
+        raise ValueError("analyze() got no data: the data source yielded no batch")
+    acc, float_out, model_out, samples = parts[0]
+    for part_acc, part_float, part_model, part_samples in parts[1:]:
+        for t, a in part_acc.items():
+            acc[t].merge(a)
+        for o in outputs:
+            float_out[o].extend(part_float[o])
+            model_out[o].extend(part_model[o])
+        samples += part_samples
     rows = _rows(conv, qgraph, nodes, acc)
     output_sim = _output_similarity(float_out, model_out)
-    suggestions = _suggest(conv, stats, rows, first[0], first[1], output_sim[outputs[0]]["sqnr_db"])
+    first_values = evaluate(conv.graph, first[0], measure.fetch)
+    suggestions = _suggest(conv, stats, rows, first[0], first_values, output_sim[outputs[0]]["sqnr_db"])
     return Report(against, samples, rows, output_sim, suggestions)

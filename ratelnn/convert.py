@@ -116,10 +116,11 @@ class ConvertImpl:
         return load_statistics(self.config["output_dir"])
 
     def analyze(self, data: Any, against: str = "quant", batch_size: Optional[int] = None,
-                max_batches: Optional[int] = None, progress: bool = False):
+                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
         (``"npu"``) model against the float model on ``data``: a
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
-        ``.output_similarity``, ``.suggestions``).  Needs calibration statistics."""
+        ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
+        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``."""
         from .analysis import analyze
-        return analyze(self, data, against, batch_size, max_batches, progress)
+        return analyze(self, data, against, batch_size, max_batches, progress, executor)

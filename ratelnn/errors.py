@@ -12,3 +12,7 @@ class ModelError(RatelError, ValueError):
 
 class CalibrationError(RatelError, RuntimeError):
     """Calibration statistics are missing, corrupt or unusable (NaN/Inf)."""
+
+
+class DistributedError(RatelError, RuntimeError):
+    """Work sent to a distributed executor was lost and could not be run again."""

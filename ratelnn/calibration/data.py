@@ -163,7 +163,9 @@ def _load_npy(path: Path) -> Any:
     raise DataError(f"{path}: holds an object array; expected a numeric array or a dict of arrays")
 
 
-def _tar_chunks(path: Path, preprocess: ImagePreprocess, name: str) -> Iterator[Chunk]:
+def _tar_chunks(path: Path, preprocess: ImagePreprocess, name: str, first: int = 0) -> Iterator[Chunk]:
+    """One chunk per image member (in name order) from member ``first`` on; the members
+    before it are not read."""
     try:
         archive = tarfile.open(path, "r:*")
     except (tarfile.TarError, OSError) as e:
@@ -173,7 +175,7 @@ def _tar_chunks(path: Path, preprocess: ImagePreprocess, name: str) -> Iterator[
                           if m.isfile() and m.name.lower().endswith(IMAGE_SUFFIXES)), key=lambda m: m.name)
         if not members:
             raise DataError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) in the archive")
-        for m in members:
+        for m in members[first:]:
             data = archive.extractfile(m).read()
             yield {name: preprocess(data, f"{path}:{m.name}")[np.newaxis]}
 
@@ -242,12 +244,13 @@ class CalibrationData:
             return self._open_path(Path(data))
         if isinstance(data, np.ndarray):
             spec = self._single_input("an array")
-            return "array", lambda: self._array_chunks({spec.name: data}), len(data) if data.ndim else 0
+            return "array", lambda first=0: self._array_chunks({spec.name: data}, first=first), \
+                len(data) if data.ndim else 0
         if isinstance(data, Mapping):
             arrays = {k: np.asarray(v) for k, v in data.items()}
-            return "dict", lambda: self._array_chunks(arrays), self._dict_length(arrays, "dict")
+            return "dict", lambda first=0: self._array_chunks(arrays, first=first), self._dict_length(arrays, "dict")
         if isinstance(data, Iterable):
-            return "iterable", lambda: self._iterable_chunks(data), None
+            return "iterable", lambda first=0: self._iterable_chunks(data), None
         raise DataError(f"calibration data must be an array, a dict of arrays, an iterable of "
                         f"either, or a path; got {type(data).__name__}")
 
@@ -262,13 +265,15 @@ class CalibrationData:
             obj = _load_npy(path)
             if isinstance(obj, dict):
                 arrays = {k: np.asarray(v) for k, v in obj.items()}
-                return label, lambda: self._array_chunks(arrays, label), self._dict_length(arrays, label)
+                return label, lambda first=0: self._array_chunks(arrays, label, first), \
+                    self._dict_length(arrays, label)
             spec = self._single_input(f"{path} (one array)")
-            return label, lambda: self._array_chunks({spec.name: obj}, label), len(obj) if obj.ndim else 0
+            return label, lambda first=0: self._array_chunks({spec.name: obj}, label, first), \
+                len(obj) if obj.ndim else 0
         if suffix == ".bin":
             spec = self._single_input(f"{path} (raw samples)")
             arr = _bin_array(path, spec)
-            return label, lambda: self._array_chunks({spec.name: arr}, label), len(arr)
+            return label, lambda first=0: self._array_chunks({spec.name: arr}, label, first), len(arr)
         if suffix in TAR_SUFFIXES:
             spec = self._single_input(f"{path} (images)")
             preprocess = ImagePreprocess.from_config(spec, self.config, self.framework)
@@ -276,7 +281,7 @@ class CalibrationData:
                 count = count_tar_images(path)
             except (tarfile.TarError, OSError) as e:
                 raise DataError(f"{path}: not a readable tar archive ({e})") from None
-            return label, lambda: _tar_chunks(path, preprocess, spec.name), count
+            return label, lambda first=0: _tar_chunks(path, preprocess, spec.name, first), count
         raise DataError(f"{path}: unknown calibration data file type {suffix!r} "
                         f"(use .npy, .bin, .tar, .tgz or .tar.gz)")
 
@@ -286,9 +291,10 @@ class CalibrationData:
             raise DataError(f"{label}: inputs have different numbers of samples {lengths}")
         return next(iter(lengths.values()), 0)
 
-    def _array_chunks(self, arrays: Mapping[str, np.ndarray], label: str = "data") -> Iterator[Chunk]:
+    def _array_chunks(self, arrays: Mapping[str, np.ndarray], label: str = "data",
+                      first: int = 0) -> Iterator[Chunk]:
         n = self._dict_length(arrays, label)
-        for start in range(0, n, self.batch_size):
+        for start in range(first, n, self.batch_size):
             yield {k: v[start:start + self.batch_size] for k, v in arrays.items()}
 
     def _iterable_chunks(self, items: Iterable) -> Iterator[Chunk]:
@@ -354,23 +360,38 @@ class CalibrationData:
         return Batch({n: np.ascontiguousarray(v) for n, v in feeds.items()}, size)
 
     def __iter__(self) -> Iterator[Batch]:
+        return self.batches()
+
+    def batches(self, start: int = 0, stop: Optional[int] = None) -> Iterator[Batch]:
+        """Batches ``start`` (inclusive) to ``stop`` (exclusive) of the sequence ``iter(self)``
+        gives, identical to it.  Sources of known length (arrays, .npy, .bin, tar archives)
+        begin reading at batch ``start``; an iterable is read from its beginning."""
+        if stop is not None and stop <= start:
+            return
+        seekable = self.num_samples is not None
+        first = start * self.batch_size if seekable else 0
+        index = start if seekable else 0
         pending: List[Chunk] = []
         held = 0
-        seen = 0
-        for raw in self._chunks():
+        seen = first
+        for raw in self._chunks(first):
             chunk = self._checked(raw, seen)
             n = len(chunk[self.names[0]])
             seen += n
-            start = 0
-            while start < n:
-                take = min(self.batch_size - held, n - start)
-                pending.append({k: v[start:start + take] for k, v in chunk.items()})
+            offset = 0
+            while offset < n:
+                take = min(self.batch_size - held, n - offset)
+                pending.append({k: v[offset:offset + take] for k, v in chunk.items()})
                 held += take
-                start += take
+                offset += take
                 if held == self.batch_size:
-                    yield self._batch(pending)
+                    if index >= start:
+                        yield self._batch(pending)
                     pending, held = [], 0
-        if held:
+                    index += 1
+                    if stop is not None and index >= stop:
+                        return
+        if held and index >= start:
             yield self._batch(pending)
         if seen == 0:
             raise DataError(f"{self.label}: no calibration samples")

@@ -83,6 +83,26 @@ def test_every_data_form_gives_identical_statistics(tmp_path, pixels):
         assert got == reference, f"statistics from {name} differ from those of the bare array"
 
 
+@pytest.mark.parametrize("form", ["array", "npy", "bin", "tgz", "iterable"])
+def test_a_slice_of_batches_equals_that_part_of_the_whole_sequence(tmp_path, pixels, form):
+    """CalibrationData.batches(start, stop): what a Ray worker reads for its shard of a file."""
+    u8, x = pixels
+    np.save(tmp_path / "x.npy", x)
+    x.astype("<f4").tofile(tmp_path / "x.bin")
+    make = {"array": lambda: x, "npy": lambda: str(tmp_path / "x.npy"), "bin": lambda: tmp_path / "x.bin",
+            "tgz": lambda: str(_png_tar(tmp_path / "x.tgz", u8, "w:gz")),
+            "iterable": lambda: [x[i:i + 3] for i in range(0, SAMPLES, 3)]}[form]
+    data = converter(_image_graph(), _config(tmp_path, form, std=255.0)).calibration_data(make())
+    whole = [(b.feeds["images"], b.size) for b in data]
+    assert len(whole) == 3
+    for start, stop in [(0, 3), (1, 2), (1, None), (2, 3), (2, 2), (3, 5)]:
+        part = [(b.feeds["images"], b.size) for b in data.batches(start, stop)]
+        expected = whole[start:stop]
+        assert [size for _, size in part] == [size for _, size in expected], (start, stop)
+        for (got, _), (want, _) in zip(part, expected):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_progress_reports_count_rate_and_eta(tmp_path, pixels, capsys):
     conv = converter(_image_graph(), _config(tmp_path, "p"))
     conv.calibrate(pixels[1], progress=True)
