@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -27,7 +26,7 @@ from ratelnn.calibration.progress import Progress
 from ratelnn.runners import run_model
 
 from . import datasets, paths, registry
-from .errors import AGraphError, RegistryError, RuleError
+from .errors import AGraphError, RegistryError, RuleError, StoreError
 from .metrics import STAGES, ModelMetrics
 from .store import Store
 
@@ -95,7 +94,8 @@ def _read(framework: str, files: Sequence[Path]) -> Any:
         from ratelnn.frontend.tensorflow.model_io import read_graphdef
         return read_graphdef(str(files[0]))
     from ratelnn.frontend.mxnet.model_io import load_checkpoint
-    return load_checkpoint(str(files[0])[: -len("-symbol.json")])
+    (symbol,) = [str(f) for f in files if str(f).endswith("-symbol.json")]
+    return load_checkpoint(symbol[: -len("-symbol.json")])
 
 
 def _write(framework: str, graph: Any, folder: Path, base: str) -> List[Path]:
@@ -169,28 +169,36 @@ def _options(calibration_samples: int, batch_size: int, config: Optional[Dict[st
 def get(name_or_model, stage: str = "npu", *, size: str = "full", build: bool = True,
         calibration_samples: int = CALIBRATION_SAMPLES, batch_size: int = BATCH_SIZE,
         config: Optional[Dict[str, Any]] = None, executor: Any = None, progress: bool = True,
-        store: Optional[Store] = None) -> Model:
+        store: Optional[Store] = None, force: bool = False) -> Model:
     """The model at ``stage`` ("fp32" | "quant" | "npu") from the store; if it is not there
     (or was built from other sources or options) and ``build``, built and stored first.
     ``config``: extra converter keys (e.g. ``quantize_algorithm``); ``executor``: passed to
-    ``calibrate`` (e.g. a ``ratelnn.distributed.RayExecutor``)."""
+    ``calibrate`` (e.g. a ``ratelnn.distributed.RayExecutor``); ``force``: rebuild this stage
+    and those it needs even if stored (a stored file that fails its checksum is an error
+    otherwise)."""
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     store = store or Store()
     entry = _entry(name_or_model)
     options = _options(calibration_samples, batch_size, config)
     key = _key(entry, stage, size, options)
-    files = store.lookup(entry.name, stage, size, key)
+    files = None if force else store.lookup(entry.name, stage, size, key)
     if files is None:
         if not build:
             raise RegistryError(f"the store {store.root} holds no {stage} model of {entry.name!r} "
                                 f"({size} size) built from its current sources; build it with "
                                 f"`python -m agraph build {entry.name}` or import a store archive")
         with tempfile.TemporaryDirectory(dir=_tmp_parent(store)) as tmp:
-            written = _build_stage(entry, stage, size, Path(tmp), options, executor, progress, store)
+            written = _build_stage(entry, stage, size, Path(tmp), options, executor, progress, store, force)
             meta = {"framework": entry.framework, "dataset": entry.dataset, "weights": entry.weights,
                     "options": options if stage != "fp32" else {}}
             files = store.put(entry.name, stage, size, key, written, meta)
+    by_name = {f.name: f for f in files}
+    expected = model_file_names(entry.name, entry.framework)
+    if sorted(by_name) != sorted(expected):
+        raise StoreError(f"store entry {store.entry_dir(entry.name, stage, size)} holds {sorted(by_name)}, "
+                         f"expected {expected}; rebuild with `python -m agraph build {entry.name} --force`")
+    files = [by_name[n] for n in expected]  # symbol before params
     return Model(entry, stage, size, _read(entry.framework, files), files)
 
 
@@ -199,10 +207,10 @@ def _tmp_parent(store: Store) -> str:
     return str(store.root)
 
 
-def _build_stage(entry, stage, size, tmp: Path, options, executor, progress, store) -> List[Path]:
+def _build_stage(entry, stage, size, tmp: Path, options, executor, progress, store, force) -> List[Path]:
     if stage == "fp32":
         return build_fp32(entry, size, tmp)
-    fp32 = get(entry.name, "fp32", size=size, store=store)
+    fp32 = get(entry.name, "fp32", size=size, store=store, force=force)
     conv = converter(fp32, options["batch_size"], options["config"])
     if stage == "quant":
         stats = Path(conv.config["output_dir"])
@@ -211,7 +219,7 @@ def _build_stage(entry, stage, size, tmp: Path, options, executor, progress, sto
         data = calibration_data(entry, options["calibration_samples"], options["batch_size"])
         conv.calibrate(data, progress=progress, executor=executor)
         return _write(entry.framework, conv.to_quant(), tmp, entry.name)
-    quant = get(entry.name, "quant", size=size, store=store, executor=executor, progress=progress,
+    quant = get(entry.name, "quant", size=size, store=store, executor=executor, progress=progress, force=force,
                 **{k: options[k] for k in ("calibration_samples", "batch_size", "config")})
     return _write(entry.framework, conv.to_npu(quant.graph), tmp, entry.name)
 

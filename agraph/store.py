@@ -56,7 +56,7 @@ class Store:
             return json.loads(path.read_text())
         except ValueError as e:
             raise StoreError(f"{path}: unreadable store manifest ({e}); delete "
-                             f"{path.parent} or rebuild with `python -m agraph build {name}`") from None
+                             f"{path.parent} or rebuild with `python -m agraph build {name} --force`") from None
 
     def lookup(self, name: str, stage: str, size: str = "full", key: Optional[str] = None) -> Optional[List[Path]]:
         """Paths of the stored files of an entry, verified, if it exists and was built with
@@ -71,10 +71,10 @@ class Store:
             path = folder / fname
             if not path.is_file():
                 raise StoreError(f"store entry {folder}: {fname} is missing; rebuild with "
-                                 f"`python -m agraph build {name}`")
+                                 f"`python -m agraph build {name} --force`")
             if sha256_bytes(path.read_bytes()) != digest:
                 raise StoreError(f"store entry {folder}: {fname} does not match its manifest "
-                                 f"checksum (altered or corrupt); rebuild with `python -m agraph build {name}`")
+                                 f"checksum (altered or corrupt); rebuild with `python -m agraph build {name} --force`")
             files.append(path)
         return files
 

@@ -161,4 +161,5 @@ def test_cli_prints_each_violation_and_exits_1(agraph_session, tmp_path, capsys)
     (folder / "net.pb").write_bytes(b"")
     assert cli.main(["check", str(folder), "--static"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(": ")[1] for line in lines] == ["rule 1 (name)", "rule 5 (model files)", "rule 4 (eval.py)"], lines
+    rules = [line.split(": ")[1] for line in lines]
+    assert rules == ["rule 1 (name)", "rule 5 (model files)", "rule 4 (eval.py)"], lines

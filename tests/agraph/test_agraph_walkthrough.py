@@ -1,4 +1,4 @@
-"""docs/agraph.md, "Walkthrough", run as written: a frozen TensorFlow .pb that is not in the
+"""docs/agraph.md, "Walkthrough", run as written: a frozen tensorflow .pb that is not in the
 zoo plus a packed dataset become a model folder that passes every rule, is listed through
 AGRAPH_MODELS_PATH, and evaluates at fp32, quant and npu."""
 import json

@@ -100,3 +100,5 @@ def test_a_stored_file_altered_on_disk_is_reported(agraph_session, tmp_path, mon
     model.files[1].write_bytes(model.files[1].read_bytes() + b"\0")
     with pytest.raises(StoreError, match=r"digits_cnn_mx-0000.params does not match its manifest checksum"):
         agraph.get("digits_cnn_mx", "fp32")
+    rebuilt = agraph.get("digits_cnn_mx", "fp32", force=True)  # what the message's `build --force` does
+    assert agraph.get("digits_cnn_mx", "fp32").files[1].read_bytes() == rebuilt.files[1].read_bytes()
