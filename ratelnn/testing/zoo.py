@@ -102,16 +102,29 @@ def keras_application(constructor: str, side: int, **kwargs):
 
 
 def gluon_model_zoo(mx, name: str, side: int):
-    """``mxnet.gluon.model_zoo.vision.get_model(name)`` with random weights (Xavier, seed
-    :data:`SEED`) as ``(symbol, arg_params, aux_params)``; input ``data`` [N, 3, side, side]."""
+    """``mxnet.gluon.model_zoo.vision.get_model(name)`` with random weights as
+    ``(symbol, arg_params, aux_params)``; input ``data`` [N, 3, side, side]. Weights are
+    Xavier-uniform drawn by numpy (seed :data:`SEED`, parameters in name order; MXNet's own
+    initialisers do not repeat across builds in one process), biases and BatchNorm shifts and
+    means 0, scales and variances 1."""
     from mxnet.gluon.model_zoo import vision
-    mx.random.seed(SEED)
-    np.random.seed(SEED)
     net = vision.get_model(name, pretrained=False, prefix="zoo_")
-    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    net.initialize(mx.init.Zero(), ctx=mx.cpu())
     net(mx.nd.zeros((1, 3, side, side)))         # materialise the deferred shapes
-    sym = net(mx.sym.var("data"))
+    rng = np.random.default_rng(SEED)
     params = net.collect_params()
+    for key in sorted(params.keys()):
+        shape = params[key].shape
+        if key.endswith("_weight"):
+            fan_in, fan_out = int(np.prod(shape[1:])), shape[0] * int(np.prod(shape[2:]))
+            limit = np.sqrt(6.0 / (fan_in + fan_out))
+            value = rng.uniform(-limit, limit, shape)
+        elif key.endswith(("_gamma", "_running_var")):
+            value = np.ones(shape)
+        else:
+            value = np.zeros(shape)
+        params[key].set_data(mx.nd.array(value.astype(np.float32)))
+    sym = net(mx.sym.var("data"))
     arg = {k: v.data() for k, v in params.items() if k in sym.list_arguments()}
     aux = {k: v.data() for k, v in params.items() if k in sym.list_auxiliary_states()}
     return sym, arg, aux

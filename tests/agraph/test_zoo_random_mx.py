@@ -24,3 +24,9 @@ def test_gluon_random_npu_close_to_fp32(name, tmp_path):
     assert result["npu"].samples == 15
     assert result["npu"].metrics["mean_cosine"] >= MIN_COSINE, result["npu"].metrics
     assert abs(result["npu"].metrics["mean_cosine"] - result["quant"].metrics["mean_cosine"]) <= 0.01
+
+
+def test_gluon_rebuild_gives_the_same_bytes(tmp_path):
+    model, _ = zoo_modules("squeezenet_gluon")
+    first, second = model.build(tmp_path / "a"), model.build(tmp_path / "b")
+    assert [f.read_bytes() for f in first] == [f.read_bytes() for f in second]

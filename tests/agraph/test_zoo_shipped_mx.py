@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.zoo import measure, zoo_dataset
+from helpers.zoo import measure, zoo_dataset, zoo_modules
 
 FACE_NETS = ["mtcnn_pnet_mx", "mtcnn_rnet_mx", "mtcnn_onet_mx"]
 
@@ -33,3 +33,9 @@ def test_fer_mx_npu_agrees_with_fp32(faces, tmp_path):
           result["seconds"])
     assert result["npu"].samples == FER_FACES
     assert result["npu"].metrics["top1_agreement"] >= 0.99, result["npu"].metrics
+
+
+def test_ported_rebuild_gives_the_same_bytes(tmp_path):
+    model, _ = zoo_modules("fer_emotion_mx")
+    first, second = model.build(tmp_path / "a"), model.build(tmp_path / "b")
+    assert [f.read_bytes() for f in first] == [f.read_bytes() for f in second]
