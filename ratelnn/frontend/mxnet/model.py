@@ -125,6 +125,9 @@ def _parse(sym_json: Any, arg_params: Dict[str, np.ndarray], aux_params: Dict[st
             raise ModelError(f"malformed symbol JSON: duplicate node name {node['name']!r}")
         names.add(node["name"])
         node.setdefault("inputs", [])
+        if not isinstance(node["inputs"], list) or not isinstance(node.get("attrs", {}), dict):
+            raise ModelError(f"malformed symbol JSON: node {node['name']!r} has 'inputs' that are not a list "
+                             "or 'attrs' that are not an object")
         for ref in node["inputs"]:
             _check_ref(ref, i, f"node {node['name']!r}")
     for ref in sym_json["heads"]:
