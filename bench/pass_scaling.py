@@ -32,7 +32,8 @@ PASSES = [("remove_identity", passes.remove_identity), ("fold_constants", passes
 
 
 def block(g: Graph, x: str, k: int, channels: int, const_elems: int) -> str:
-    """x [1, 8, 8, channels] -> conv (3x3, weights ~const_elems) -> BN -> BiasAdd -> Relu -> Add(folded consts)."""
+    """x [1, 8, 8, channels] -> conv (3x3, weights ~const_elems) -> BN -> BiasAdd -> Relu -> Add of
+    Mean(Mul(c1, c2)) (params of ~const_elems elements each: folded by fold_constants)."""
     rng = np.random.default_rng(k)
     cout = channels
     cin = max(1, const_elems // (9 * cout))
@@ -54,11 +55,13 @@ def block(g: Graph, x: str, k: int, channels: int, const_elems: int) -> str:
     g.add_param(f"{p}/b", rng.normal(0, 1, cout).astype(F32))
     g.add_node(Node(f"{p}/bias", "BiasAdd", [f"{p}/bn", f"{p}/b"], [f"{p}/bias"], {}), [TensorInfo((1, 8, 8, cout))])
     g.add_node(Node(f"{p}/relu", "Relu", [f"{p}/bias"], [f"{p}/relu"], {}), [TensorInfo((1, 8, 8, cout))])
-    n = max(1, const_elems // 64)   # a constant-only subgraph of ~const_elems elements
-    g.add_param(f"{p}/c1", rng.normal(0, 1, (n, 8, 8, cout)).astype(F32)[:1].repeat(1, 0))
-    g.add_param(f"{p}/c2", rng.normal(0, 1, (1, 8, 8, cout)).astype(F32))
-    g.add_node(Node(f"{p}/cm", "Mul", [f"{p}/c1", f"{p}/c2"], [f"{p}/cm"], {}), [TensorInfo((1, 8, 8, cout))])
-    g.add_node(Node(f"{p}/out", "Add", [f"{p}/relu", f"{p}/cm"], [f"{p}/out"], {}), [TensorInfo((1, 8, 8, cout))])
+    n = max(1, const_elems // cout)   # a constant-only subgraph of ~const_elems elements, folded to [cout]
+    g.add_param(f"{p}/c1", rng.normal(0, 1, (n, cout)).astype(F32))
+    g.add_param(f"{p}/c2", rng.normal(0, 1, (n, cout)).astype(F32))
+    g.add_node(Node(f"{p}/cm", "Mul", [f"{p}/c1", f"{p}/c2"], [f"{p}/cm"], {}), [TensorInfo((n, cout))])
+    g.add_node(Node(f"{p}/cr", "Mean", [f"{p}/cm"], [f"{p}/cr"], {"axes": (0,), "keepdims": False}),
+               [TensorInfo((cout,))])
+    g.add_node(Node(f"{p}/out", "Add", [f"{p}/relu", f"{p}/cr"], [f"{p}/out"], {}), [TensorInfo((1, 8, 8, cout))])
     return f"{p}/out"
 
 

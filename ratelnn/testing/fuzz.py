@@ -257,21 +257,39 @@ def _classify(harness: Callable[[bytes], None], data: bytes, findings: Path, tar
         return b"r"
 
 
+_prepared: Dict[str, tuple] = {}
+
+# The atheris worker's entry: ratelnn is imported (and every module a target uses, by making
+# its seeds and harness) inside instrument_imports, so libFuzzer sees ratelnn's coverage.
+ATHERIS_BOOT = """
+import sys, atheris
+with atheris.instrument_imports(include=["ratelnn"]):
+    import ratelnn.testing.fuzz as fuzz
+    fuzz.prepare(sys.argv[sys.argv.index("--worker") + 1], sys.argv[sys.argv.index("--workdir") + 1])
+fuzz._main(sys.argv[1:])
+"""
+
+
+def prepare(target: str, workdir: str) -> tuple:
+    """``(seeds, harness)`` of ``target``, made once per process (frameworks imported first)."""
+    if target not in _prepared:
+        if target == "graphdef":
+            import tensorflow  # noqa: F401
+        if target == "symbol":
+            from ratelnn.mxnet_compat import import_mxnet
+            import_mxnet()
+        _prepared[target] = (SEEDS[target](), HARNESSES[target](Path(workdir)))
+    return _prepared[target]
+
+
 def worker(target: str, runs: int, start: int, seed: int, mode: str, fd: int, workdir: str) -> None:
     """Run ``runs`` executions of ``target`` (from execution ``start``), one outcome byte each to ``fd``."""
     work = Path(workdir)
-    if target == "graphdef":
-        import tensorflow  # noqa: F401  (not instrumented)
-    if target == "symbol":
-        from ratelnn.mxnet_compat import import_mxnet
-        import_mxnet()
-    seeds = SEEDS[target]()
+    seeds, harness = prepare(target, workdir)
     findings = work / "findings.jsonl"
     current = work / "current.bin"
     if mode == "atheris":
         import atheris
-        with atheris.instrument_imports(include=["ratelnn"]):
-            harness = HARNESSES[target](work)
         corpus = work / "corpus"
         corpus.mkdir(exist_ok=True)
         for k, s in enumerate(seeds):
@@ -283,10 +301,10 @@ def worker(target: str, runs: int, start: int, seed: int, mode: str, fd: int, wo
             os.write(fd, _classify(harness, data, findings, target))
         atheris.Setup([sys.argv[0], f"-runs={runs}", f"-seed={seed + start + 1}", "-timeout=30",
                        f"-max_len={2 * max(len(s) for s in seeds)}", "-rss_limit_mb=4096", "-print_final_stats=0",
+                       "-len_control=0",  # mutate the whole seed from the start
                        f"-dict={work / 'tokens.dict'}", f"-artifact_prefix={work}/", str(corpus)], one)
         atheris.Fuzz()
         return
-    harness = HARNESSES[target](work)
     for index in range(start, start + runs):
         data = mutate(seeds, seed, index)
         current.write_bytes(data)
@@ -307,7 +325,8 @@ def fuzz_target(target: str, runs: int, seed: int = 0, mode: str = "mutate", tim
     env = {**os.environ, **WORKER_ENV}
     while done < runs:
         r, w = os.pipe()
-        cmd = [sys.executable, "-m", "ratelnn.testing.fuzz", "--worker", target, "--runs", str(runs - done),
+        entry = ["-c", ATHERIS_BOOT] if mode == "atheris" else ["-m", "ratelnn.testing.fuzz"]
+        cmd = [sys.executable, *entry, "--worker", target, "--runs", str(runs - done),
                "--start", str(done), "--seed", str(seed), "--mode", mode, "--fd", str(w), "--workdir", str(work)]
         proc = subprocess.Popen(cmd, pass_fds=(w,), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(w)

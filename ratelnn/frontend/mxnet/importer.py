@@ -544,6 +544,7 @@ def import_symbol(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[
     order = _reachable(model, inputs, outputs)
     params = _check_params(model, order, inputs)
     _check_input_ranks(model, inputs, input_shapes, order)
+    _check_output_indices(model, order, outputs)
     if any(model.nodes[i]["op"] in IR_OF_CUSTOM_OP for i in order):
         from ... import oplib
         oplib.mx_init()
@@ -555,7 +556,6 @@ def import_symbol(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[
         used[i] = max(used.get(i, 0), k + 1)
     compute = [i for i in order if model.nodes[i]["op"] != "null"]
     refs = [(i, k) for i in compute for k in range(used.get(i, 1))]
-    _check_output_indices(model, order, outputs)
     shapes = _infer_shapes(model, inputs, input_shapes, params, refs)
 
     graph = Graph(name="mxnet")

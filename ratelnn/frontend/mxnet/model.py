@@ -146,6 +146,9 @@ def _num_outputs(sym_json: Dict[str, Any]) -> List[int]:
     nodes = sym_json["nodes"]
     row_ptr = sym_json.get("node_row_ptr")
     if isinstance(row_ptr, list) and len(row_ptr) == len(nodes) + 1:
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in row_ptr) \
+                or any(row_ptr[i + 1] <= row_ptr[i] for i in range(len(nodes))):
+            raise ModelError("malformed symbol JSON: node_row_ptr is not an increasing list of integers")
         return [row_ptr[i + 1] - row_ptr[i] for i in range(len(nodes))]
     counts = [1] * len(nodes)
     for ref in [r for n in nodes for r in n["inputs"]] + sym_json["heads"]:
