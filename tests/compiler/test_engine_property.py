@@ -9,7 +9,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import pytest
+
 from ratelnn.compiler import compile_graph
+from ratelnn.compiler.compile import CompileError
 from ratelnn.errors import RatelError
 from ratelnn.ir import Graph
 from ratelnn.npu.engine import Engine, EngineError
@@ -101,3 +104,19 @@ def test_compiler_emits_only_engines_its_validator_accepts(tmp_path_factory, cas
                   for t in eng.inputs]
         for r, n in zip(eng.run(inputs, backend="reference"), eng.run(inputs, backend="native")):
             np.testing.assert_array_equal(r, n)
+
+
+def test_compile_time_limits_name_the_tensor(tmp_path):
+    g = Graph("limits")
+    g.add_input("x", (BATCH, 6, 6, 3))
+    add_node(g, "y", "Tanh", ["x"], (BATCH, 6, 6, 3))
+    g.outputs = ["y"]
+    cfg = {"output_dir": str(tmp_path / "out")}
+    q = quantized(g, cfg)
+    with pytest.raises(CompileError, match=r"tensor '\S+' \[2,6,6,3\] has more than 100 elements at batch 2 "
+                                            r"\(max_tensor_elements, the config key\); raise the config key"):
+        compile_graph(q, {**cfg, "max_tensor_elements": 100})
+    with pytest.raises(CompileError, match=r"activation tensors take more than 300 bytes at batch 2 "
+                                            r"\(max_total_bytes, the config key\)"):
+        compile_graph(q, {**cfg, "max_total_bytes": 300})
+    assert engine_nodes(compile_graph(q, {**cfg, "max_total_bytes": 432}))
