@@ -203,8 +203,10 @@ class _Importer:
             raise ModelError(f"the outputs depend on placeholder {nd.name!r}, which is not in input_nodes")
         translator = _TRANSLATORS.get(nd.op)
         # integer or boolean arithmetic (index computations before an embedding's Gather)
-        # stays a framework op: IR ops compute on real numbers and are quantized
-        integer = any(not self.info(t).dtype.startswith(("float", "bfloat")) for t in outputs)
+        # stays a framework op: IR ops compute on real numbers and are quantized (ratelnn's
+        # own ops and Cast convert between integers and reals on purpose)
+        integer = not nd.op.startswith("Ratel") and nd.op != "Cast" and \
+            any(not self.info(t).dtype.startswith(("float", "bfloat")) for t in outputs)
         node = translator(self, nd, inputs) if translator and not integer else None
         if node is None:
             node = Node(nd.name, "Opaque", inputs, outputs,
