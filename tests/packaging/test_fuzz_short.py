@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ratelnn.testing.fuzz import fuzz_target
 
-RUNS = {"engine": 200, "stats": 200, "graphdef": 50, "symbol": 60}
+RUNS = {"engine": 150, "stats": 150, "graphdef": 40, "symbol": 50}
 
 
 def test_short_fuzz_of_every_reader_finds_nothing():
