@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import os
 import shutil
 import tempfile
@@ -34,7 +35,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import CalibrationError
+from .errors import CalibrationError, DistributedError
 
 # environment the driver passes to its workers (read before TensorFlow is imported there)
 FORWARDED_ENV = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
@@ -152,12 +153,8 @@ class CalibrationWorker:
         from .calibration.data import CalibrationData
         data = CalibrationData(payload["path"], payload["inputs"], payload["config"],
                                payload["batch_size"], self.framework)
-        start, stop = payload["start"], payload["stop"]
-        for index, batch in enumerate(data):
-            if index >= stop:
-                break
-            if index >= start:
-                yield batch.feeds
+        for batch in data.batches(payload["start"], payload["stop"]):
+            yield batch.feeds
 
     def run(self, key: str, model_ref: List[Any], output_nodes: Sequence[str], shard: int,
             attempt: int, payload: Dict[str, Any]) -> Dict[str, Any]:
@@ -203,6 +200,11 @@ class CalibrationWorker:
         return {"shard": shard, "snapshots": snapshots, "batches": batches, "pid": os.getpid(),
                 "ranges": {t: np.asarray(r, np.float32).reshape(-1, 2) for t, r in ranges.items()},
                 "seconds": time.perf_counter() - start_time}
+
+
+def apply_to_block(fn: Any, block: Any) -> Any:
+    """``fn(block)``: the body of the Ray task of :meth:`RayExecutor.map_blocks`."""
+    return fn(block)
 
 
 # ------------------------------------------------------------------ merging on the driver
@@ -341,6 +343,56 @@ class RayExecutor:
 
     def _on_shard_submitted(self, shard: int, actor_index: int) -> None:
         """Called on the driver right after a shard is sent to an actor (a hook for tests)."""
+
+    # ---- any function over blocks of items
+    def map_blocks(self, fn: Any, items: Any, total: Optional[int] = None, label: str = "",
+                   progress: bool = True, block_size: Optional[int] = None) -> List[Any]:
+        """``[fn(block) for block in blocks]`` run as Ray tasks, results in block order.
+
+        ``items`` (any iterable, e.g. batches of a data source that lives only on the
+        driver) is cut into blocks of ``block_size`` items (default ``shard_batches``, else
+        about 4 blocks per worker of ``total`` items); each block goes through the object
+        store when it is submitted, with at most two blocks per worker in flight, so an
+        iterable is streamed, never held whole.  ``fn`` (picklable) is shipped once.  A block
+        whose worker dies is run again by Ray (``max_attempts`` runs at most); an exception
+        raised by ``fn`` is raised here with its own type.  Used by ``analyze(executor=)``,
+        joint builds and the zoo's evaluation (docs/distributed.md)."""
+        from .calibration.progress import Progress
+        ray = self.ray
+        size = int(block_size or self.shard_batches
+                   or (max(1, -(-total // (4 * self.num_workers))) if total else 8))
+        task = ray.remote(apply_to_block).options(num_cpus=self.threads,
+                                                  max_retries=self.max_attempts - 1)
+        fn_ref = ray.put(fn)
+        iterator = iter(items)
+        results: Dict[int, Any] = {}
+        inflight: Dict[Any, Tuple[int, int]] = {}
+        submitted = 0
+        with Progress(total, label or "map on Ray", enabled=progress) as bar:
+            while True:
+                while len(inflight) < 2 * self.num_workers:
+                    block = list(itertools.islice(iterator, size))
+                    if not block:
+                        break
+                    inflight[task.remote(fn_ref, ray.put(block))] = (submitted, len(block))
+                    submitted += 1
+                if not inflight:
+                    break
+                ready, _ = ray.wait(list(inflight), num_returns=1)
+                index, count = inflight.pop(ready[0])
+                try:
+                    results[index] = ray.get(ready[0])
+                except ray.exceptions.RayTaskError as e:
+                    for ref in inflight:
+                        ray.cancel(ref)
+                    raise e.as_instanceof_cause() from None
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:
+                    for ref in inflight:
+                        ray.cancel(ref)
+                    raise DistributedError(f"{label or 'map on Ray'}: block {index} was lost with its "
+                                           f"worker {self.max_attempts} time(s): {type(e).__name__}") from None
+                bar.update(count)
+        return [results[i] for i in range(submitted)]
 
     # ---- shards
     def _shards(self, converter: Any, data: Any, batch_size: Optional[int]):

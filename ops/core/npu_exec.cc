@@ -4,6 +4,7 @@
 #include "core/npu_io.h"
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -190,6 +191,17 @@ class Runner {
     for (size_t k = 0; k < e_.instructions.size(); ++k) {
       const Instruction& ins = e_.instructions[k];
       auto start = std::chrono::steady_clock::now();
+      const Instruction* then = fusable_requant(k, last_use, keep);
+      if (then != nullptr) {  // binary op + REQUANT in one pass; the op's output never exists
+        acquire(then->outputs[0], destination[then->outputs[0]]);
+        binary(ins, then);
+        for (int id : ins.inputs)
+          if (last_use[id] <= k + 1 && !keep[id]) release(id);
+        if (profile) print_profile_line(k, ins, std::chrono::steady_clock::now() - start);
+        ++k;
+        if (profile) print_profile_line(k, *then, std::chrono::steady_clock::duration::zero());
+        continue;
+      }
       for (int id : ins.outputs) acquire(id, destination[id]);
       execute(ins);
       for (int id : ins.inputs)
@@ -300,15 +312,40 @@ class Runner {
     return product(ys, d0);
   }
 
-  void binary(const Instruction& ins) {
+  // Whether ADD/SUB/MUL `ins` runs on the vectorised path (both operands repeat with a period).
+  bool binary_vectorised(const Instruction& ins) const {
+    Shape ys = shape(ins.outputs[0]);
+    return repeat_period(operand(ins, 0, ys.size()).shape, ys) > 0 &&
+           repeat_period(operand(ins, 1, ys.size()).shape, ys) > 0;
+  }
+
+  // The REQUANT that instruction k's result can be requantized by in the same pass: k is a
+  // vectorised ADD/SUB/MUL, k + 1 a REQUANT of its output, and nothing else reads that output
+  // (not an engine output, no later reader).  Exact: the REQUANT reads the op's clamped codes,
+  // which are the int32 values the op would have stored (docs/npu-arithmetic.md).
+  const Instruction* fusable_requant(size_t k, const std::vector<size_t>& last_use,
+                                     const std::vector<bool>& keep) const {
+    const Instruction& ins = e_.instructions[k];
+    if (k + 1 >= e_.instructions.size()) return nullptr;
+    if (ins.opcode != Opcode::kAdd && ins.opcode != Opcode::kSub && ins.opcode != Opcode::kMul) return nullptr;
+    const Instruction& next = e_.instructions[k + 1];
+    const int y = ins.outputs[0];
+    if (next.opcode != Opcode::kRequant || next.inputs[0] != y || keep[y] || last_use[y] != k + 1) return nullptr;
+    return binary_vectorised(ins) ? &next : nullptr;
+  }
+
+  // ADD / SUB / MUL; `then` (a REQUANT of the result, see fusable_requant) is applied to each
+  // row before it is stored, and then only its output is written.
+  void binary(const Instruction& ins, const Instruction* then = nullptr) {
     Shape ys = shape(ins.outputs[0]);
     View a = operand(ins, 0, ys.size()), b = operand(ins, 1, ys.size());
     const Attrs& at = ins.attrs;
     int s = int(at.shifts[0]);
     int64_t ma = at.multipliers[0], mb = at.multipliers.size() > 1 ? at.multipliers[1] : 0;
     Opcode op = ins.opcode;
-    uint8_t* y = out(ins.outputs[0]);
-    DType yt = dt(ins.outputs[0]);
+    const Instruction& last = then != nullptr ? *then : ins;
+    uint8_t* y = out(last.outputs[0]);
+    DType yt = dt(last.outputs[0]);
     int64_t pa = repeat_period(a.shape, ys), pb = repeat_period(b.shape, ys), total = product(ys);
     if (pa > 0 && pb > 0) {  // vectorised: rows of kChunk elements
       for_chunks(total, [&](int64_t start, int64_t count, int32_t* va, int32_t* vb, int32_t* r) {
@@ -319,6 +356,11 @@ class Runner {
           scale_add_requant(va, nullptr, count, int32_t(ma), 0, s, ins.lo, ins.hi, r);
         } else {
           scale_add_requant(va, vb, count, int32_t(ma), int32_t(op == Opcode::kAdd ? mb : -mb), s, ins.lo, ins.hi, r);
+        }
+        if (then != nullptr) {
+          std::swap(r, va);
+          scale_add_requant(va, nullptr, count, int32_t(then->attrs.multipliers[0]), 0, int(then->attrs.shifts[0]),
+                            then->lo, then->hi, r);
         }
         store_codes(yt, r, count, y, start);
       });

@@ -94,19 +94,32 @@ def stamp_placement(graph: Graph, scheme: Scheme, model_index: int) -> None:
                           core_ids=[int(c) for c in a.core_ids])
 
 
+def compile_models(jobs: Sequence[Tuple[Graph, Mapping[str, Any], Optional[Mapping]]]) -> List[Graph]:
+    """``compile_graph`` of each ``(quantized graph, config, device_info)`` job, in order
+    (a block of :meth:`ratelnn.distributed.RayExecutor.map_blocks`)."""
+    return [compile_graph(qgraph, config, device_info) for qgraph, config, device_info in jobs]
+
+
 def compile_jointly(qgraphs: Sequence[Graph], configs: Sequence[Mapping[str, Any]],
-                    device_info: Optional[Mapping] = None) -> Tuple[List[Graph], List[ModelSpec], Scheme]:
+                    device_info: Optional[Mapping] = None,
+                    executor: Any = None) -> Tuple[List[Graph], List[ModelSpec], Scheme]:
     """Compile each quantized graph, plan the scheme, stamp the placement.
 
-    Returns the compiled IR graphs (in input order), the model specs and the scheme."""
+    ``executor`` (e.g. a ``ratelnn.distributed.RayExecutor``): compile the models in
+    parallel on its workers, one model per task; compiling is deterministic, so the result
+    is the same.  Returns the compiled IR graphs (in input order), the model specs and the
+    scheme."""
     names = [g.name for g in qgraphs]
     if len(set(names)) != len(names):
         raise ValueError(f"model names must be distinct (set config 'model_name'), got {names}")
-    compiled, specs = [], []
-    for name, qgraph, config in zip(names, qgraphs, configs):
-        graph = compile_graph(qgraph, config, device_info)  # engines: <model>_engine_<k>
-        compiled.append(graph)
-        specs.append(model_spec(name, graph, config))
+    jobs = [(qgraph, config, device_info) for qgraph, config in zip(qgraphs, configs)]
+    if executor is None:
+        compiled = compile_models(jobs)   # engines: <model>_engine_<k>
+    else:
+        compiled = [g for block in executor.map_blocks(compile_models, jobs, total=len(jobs),
+                                                       label="compile models", block_size=1)
+                    for g in block]
+    specs = [model_spec(name, graph, config) for name, graph, config in zip(names, compiled, configs)]
     scheme = plan(specs, device_info)
     for i, graph in enumerate(compiled):
         stamp_placement(graph, scheme, i)

@@ -36,14 +36,17 @@ class JointConvertImpl:
         self.scheme = None
         self.model_specs = None
 
-    def to_npu(self, graph_quant_list: Optional[Sequence[Any]] = None) -> List[Any]:
-        """The compiled models, in input order, their engines placed by the chosen scheme."""
+    def to_npu(self, graph_quant_list: Optional[Sequence[Any]] = None, executor: Any = None) -> List[Any]:
+        """The compiled models, in input order, their engines placed by the chosen scheme.
+
+        ``executor`` (e.g. a ``ratelnn.distributed.RayExecutor``): compile the models in
+        parallel on its workers (docs/distributed.md); the result is the same."""
         if graph_quant_list is not None and len(graph_quant_list) != len(self.converters):
             raise ValueError(f"{len(graph_quant_list)} quantized models for {len(self.converters)} models")
         qgraphs = [c.quantized_ir(None if graph_quant_list is None else graph_quant_list[i])
                    for i, c in enumerate(self.converters)]
         compiled, self.model_specs, self.scheme = compile_jointly(
-            qgraphs, [c.config for c in self.converters], self.device_info)
+            qgraphs, [c.config for c in self.converters], self.device_info, executor)
         self.converters[0].handler.ensure_ops()
         return [c.handler.export_graph(g) for c, g in zip(self.converters, compiled)]
 

@@ -83,6 +83,26 @@ def test_every_data_form_gives_identical_statistics(tmp_path, pixels):
         assert got == reference, f"statistics from {name} differ from those of the bare array"
 
 
+@pytest.mark.parametrize("form", ["array", "npy", "bin", "tgz", "iterable"])
+def test_a_slice_of_batches_equals_that_part_of_the_whole_sequence(tmp_path, pixels, form):
+    """CalibrationData.batches(start, stop): what a Ray worker reads for its shard of a file."""
+    u8, x = pixels
+    np.save(tmp_path / "x.npy", x)
+    x.astype("<f4").tofile(tmp_path / "x.bin")
+    make = {"array": lambda: x, "npy": lambda: str(tmp_path / "x.npy"), "bin": lambda: tmp_path / "x.bin",
+            "tgz": lambda: str(_png_tar(tmp_path / "x.tgz", u8, "w:gz")),
+            "iterable": lambda: [x[i:i + 3] for i in range(0, SAMPLES, 3)]}[form]
+    data = converter(_image_graph(), _config(tmp_path, form, std=255.0)).calibration_data(make())
+    whole = [(b.feeds["images"], b.size) for b in data]
+    assert len(whole) == 3
+    for start, stop in [(0, 3), (1, 2), (1, None), (2, 3), (2, 2), (3, 5)]:
+        part = [(b.feeds["images"], b.size) for b in data.batches(start, stop)]
+        expected = whole[start:stop]
+        assert [size for _, size in part] == [size for _, size in expected], (start, stop)
+        for (got, _), (want, _) in zip(part, expected):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_progress_reports_count_rate_and_eta(tmp_path, pixels, capsys):
     conv = converter(_image_graph(), _config(tmp_path, "p"))
     conv.calibrate(pixels[1], progress=True)
@@ -238,3 +258,24 @@ def test_analyze_against_npu_captures_engine_tensors(analyzed):
     assert npu.worst(1)[0].name == "broken"
     with pytest.raises(ValueError, match="against must be"):
         conv.analyze(data[:8], against="gpu")
+
+
+def test_analyze_drops_suggestions_that_lower_the_output(analyzed, monkeypatch):
+    """Suggestions are checked on all the analyzed data (issue 14: on a pose net they made the
+    output worse): a harmful one (uint8 clips the signed output of ``last``) after a good one
+    is dropped, the good one kept, and the check reports both metrics."""
+    from ratelnn import analysis
+    conv, data, report = analyzed
+    check = report.suggestion_check
+    assert check and check["dropped"] == 0
+    assert check["with"]["cosine"] >= check["without"]["cosine"], check
+    assert check["with"]["sqnr_db"] >= check["without"]["sqnr_db"], check
+    assert check["without"]["sqnr_db"] == pytest.approx(report.output_similarity["y"]["sqnr_db"], abs=1e-9)
+    good = report.suggestions[0]
+    bad = analysis.Suggestion("last", "uint8", 0.0, 0.0, 0.0, 0.0, "harmful on purpose")
+    monkeypatch.setattr(analysis, "_suggest", lambda *args: [good, bad])
+    again = conv.analyze(data[:32])
+    assert again.suggestions == [good] and again.suggestion_check["dropped"] == 1, again.table()
+    assert again.suggestion_check["with"]["sqnr_db"] > again.suggestion_check["without"]["sqnr_db"] + 6
+    monkeypatch.setattr(analysis, "_suggest", lambda *args: [bad])
+    assert conv.analyze(data[:32]).suggestions == []

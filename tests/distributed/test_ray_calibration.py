@@ -6,7 +6,7 @@ those of one process over the same data, for every quantize_algorithm (naive wit
 the driver recomputes the moving averages over the ordered per-batch ranges).  Faults: an
 actor killed mid-run costs a retry of its shards only and the result is still exact; a run
 out of attempts fails with a clear error and writes no statistics.  One Ray instance per
-module (its start costs seconds)."""
+session (tests/distributed/conftest.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,52 +14,20 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-BATCH = 16
-SAMPLES = 190            # 12 batches, the last one partial (padded as in one process)
 ALGORITHMS = ("naive", "kld", "percentile", "mse")
 
 
 @pytest.fixture(scope="module")
-def executor():
-    from ratelnn.distributed import RayExecutor
-
-    ex = RayExecutor(num_workers=2, threads_per_worker=1, shard_batches=2)
-    yield ex
-    ex.shutdown()
-
-
-@pytest.fixture(scope="module")
-def model(fashion_mnist, fashion_cnn):
-    import ratelnn
-    from ratelnn.frontend.tensorflow import freeze_keras
-
-    ratelnn.tf_init()
-    (x_train, _), _ = fashion_mnist
-    graph_def, inputs, outputs = freeze_keras(fashion_cnn)
-    images = x_train[np.random.default_rng(17).permutation(len(x_train))[:SAMPLES]]
-    return graph_def, inputs, outputs, np.ascontiguousarray(images)
-
-
-def _converter(model, output_dir, algorithm="naive"):
-    from ratelnn.frontend.tensorflow import converter
-
-    graph_def, inputs, outputs, _ = model
-    return converter(graph_def, {"input_nodes": inputs, "output_nodes": outputs,
-                                 "input_shapes": [[BATCH, 28, 28, 1]], "output_dir": str(output_dir),
-                                 "quantize_algorithm": algorithm})
-
-
-@pytest.fixture(scope="module")
-def single(model, tmp_path_factory):
+def single(model, make_converter, tmp_path_factory):
     """(output_dir, statistics) of the single-process calibration."""
     out = tmp_path_factory.mktemp("single")
-    return out, _converter(model, out).calibrate(model[3], progress=False)
+    return out, make_converter(out).calibrate(model[3], progress=False)
 
 
 @pytest.fixture(scope="module")
-def distributed(model, executor, tmp_path_factory):
+def distributed(model, make_converter, executor, tmp_path_factory):
     out = tmp_path_factory.mktemp("ray")
-    stats = _converter(model, out).calibrate(model[3], progress=False, executor=executor)
+    stats = make_converter(out).calibrate(model[3], progress=False, executor=executor)
     return out, stats, executor.last_run
 
 
@@ -82,9 +50,9 @@ def test_distributed_statistics_equal_single_process(single, distributed):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_every_method_identical_thresholds_and_models(model, single, distributed, algorithm):
-    one = _converter(model, single[0], algorithm)
-    many = _converter(model, distributed[0], algorithm)
+def test_every_method_identical_thresholds_and_models(make_converter, single, distributed, algorithm):
+    one = make_converter(single[0], algorithm)
+    many = make_converter(distributed[0], algorithm)
     q_one, q_many = one.quantized_ir(), many.quantized_ir()
     assert q_one.qparams.keys() == q_many.qparams.keys()
     for name, p in q_one.qparams.items():
@@ -97,7 +65,7 @@ def test_every_method_identical_thresholds_and_models(model, single, distributed
     assert ser(npu_one) == ser(npu_many)
 
 
-def test_killed_worker_retries_its_shards_only(model, single, executor, tmp_path, monkeypatch):
+def test_killed_worker_retries_its_shards_only(model, make_converter, single, executor, tmp_path, monkeypatch):
     killed, pid_of = [], {}
 
     def note_pid(shard, actor_index):
@@ -113,7 +81,7 @@ def test_killed_worker_retries_its_shards_only(model, single, executor, tmp_path
 
     monkeypatch.setattr(executor, "_on_shard_done", note_pid)
     monkeypatch.setattr(executor, "_on_shard_submitted", kill_while_it_holds_a_shard)
-    stats = _converter(model, tmp_path).calibrate(model[3], progress=False, executor=executor)
+    stats = make_converter(tmp_path).calibrate(model[3], progress=False, executor=executor)
     report = executor.last_run
     assert report.workers_lost == 1 and report.retried_shards
     assert report.shards == 6 and report.batches == 12          # every shard counted once
@@ -122,7 +90,8 @@ def test_killed_worker_retries_its_shards_only(model, single, executor, tmp_path
     _assert_same_statistics(stats, single[1])
 
 
-def test_out_of_attempts_fails_clearly_and_writes_nothing(model, executor, tmp_path, monkeypatch):
+def test_out_of_attempts_fails_clearly_and_writes_nothing(model, make_converter, executor, tmp_path,
+                                                         monkeypatch):
     from ratelnn.errors import CalibrationError
 
     def kill_it_with_its_shard(shard, actor_index):
@@ -131,5 +100,5 @@ def test_out_of_attempts_fails_clearly_and_writes_nothing(model, executor, tmp_p
     monkeypatch.setattr(executor, "_on_shard_submitted", kill_it_with_its_shard)
     monkeypatch.setattr(executor, "max_attempts", 1)
     with pytest.raises(CalibrationError, match=r"lost with its worker.*no statistics were written"):
-        _converter(model, tmp_path).calibrate(model[3], progress=False, executor=executor)
+        make_converter(tmp_path).calibrate(model[3], progress=False, executor=executor)
     assert not list((tmp_path / "ratel_stats").glob("*.rstats"))
