@@ -62,6 +62,9 @@ DEFAULTS: Dict[str, Any] = {
     "merge_statistics": False,   # accept other models' statistics in output_dir (docs/statistics.md)
     # refuse GraphDefs whose compressed (splat) constants expand beyond this (docs/reliability.md)
     "max_expanded_constant_bytes": 256 << 20,
+    # engines: elements of one activation tensor, bytes of all at the compiled batch (docs/reliability.md)
+    "max_tensor_elements": (1 << 31) - 1,
+    "max_total_bytes": 1 << 33,
     # image calibration data (docs/calibration-data.md)
     "image_size": None,
     "mean": None,
@@ -277,6 +280,8 @@ _SCALARS = {
     "auto_int16_max_fraction": (numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
     "invocations_per_frame": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
     "max_expanded_constant_bytes": (numbers.Integral, lambda v: v >= 0, "a byte count >= 0"),
+    "max_tensor_elements": (numbers.Integral, lambda v: 1 <= v <= (1 << 31) - 1, "an integer in [1, 2^31-1]"),
+    "max_total_bytes": (numbers.Integral, lambda v: 1 <= v <= 1 << 40, "a byte count in [1, 2^40]"),
     "equalization": (bool, None, "true or false"),
     "equalization_iterations": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
     "adaround_iterations": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),

@@ -120,7 +120,7 @@ def _infer_shapes(graph_def, inputs: List[str], input_shapes, nodes) -> object:
             input_map[name if ":" in name else name + ":0"] = ph
         try:
             tf.compat.v1.import_graph_def(graph_def, input_map=input_map, name="import")
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, tf.errors.OpError) as e:  # OpError: unknown op types
             found = re.search(r"\{\{node import/([^}]+?)\}\}", str(e))
             if found and found[1] in nodes:
                 nd = nodes[found[1]]
@@ -206,7 +206,12 @@ class _Importer:
         if nd.op in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault") and not inputs:
             raise ModelError(f"the outputs depend on placeholder {nd.name!r}, which is not in input_nodes")
         translator = _TRANSLATORS.get(nd.op)
-        node = translator(self, nd, inputs) if translator else None
+        # integer or boolean arithmetic (index computations before an embedding's Gather)
+        # stays a framework op: IR ops compute on real numbers and are quantized (ratelnn's
+        # own ops and Cast convert between integers and reals on purpose)
+        integer = not nd.op.startswith("Ratel") and nd.op != "Cast" and \
+            any(not self.info(t).dtype.startswith(("float", "bfloat")) for t in outputs)
+        node = translator(self, nd, inputs) if translator and not integer else None
         if node is None:
             node = Node(nd.name, "Opaque", inputs, outputs,
                         {"framework": "tensorflow", "type": nd.op, "payload": nd.SerializeToString()})
@@ -460,6 +465,9 @@ _TRANSLATORS: Dict[str, Callable] = registry.frontend_table("tf", {
 
 
 # ---------------------------------------------------------------- entry point
+_UNFORESEEN = (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError)
+
+
 def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[str],
                     input_shapes: Sequence[Sequence[int]],
                     max_expanded_constant_bytes: Optional[int] = None) -> Graph:
@@ -500,7 +508,12 @@ def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequenc
     for name in inputs:
         graph.add_input(name, imp.info(name).shape, imp.info(name).dtype)
     for nd in _reachable(nodes, inputs, outputs):
-        imp.translate(nd)
+        try:
+            imp.translate(nd)
+        except ModelError:
+            raise
+        except _UNFORESEEN as e:  # an attribute or constant the translator did not foresee
+            raise ModelError(f"cannot translate {nd.op} node {nd.name!r}: {type(e).__name__}: {e}") from e
     graph.outputs = list(outputs)
     try:
         graph.toposort()
