@@ -257,6 +257,23 @@ def stage_of(framework: str, graph: Any) -> str:
     return "quant" if ops & set(QUANT_OPS) else "fp32"
 
 
+def _on_executor(executor, entry, dataset, model_graph, reference_graph, run, reference, stage, limit,
+                 batch_size, progress):
+    """``(run, reference)`` answering the dataset's batches from outputs computed on ``executor``."""
+    from .parallel import Replay, outputs_on
+
+    batches = [[np.asarray(a, dtype=np.float32) for a in _as_list(entry.model.preprocess(x))]
+               for x, _ in dataset.batches(batch_size, limit)]
+    outputs = outputs_on(executor, entry.framework, model_graph, entry.inputs, entry.outputs, batches,
+                         f"{entry.name} {stage}", progress)
+    run = Replay(zip(batches, outputs), run)
+    if reference_graph is not None:
+        ref_outputs = outputs_on(executor, entry.framework, reference_graph, entry.inputs, entry.outputs,
+                                 batches, f"{entry.name} fp32 reference", progress)
+        reference = Replay(zip(batches, ref_outputs), reference)
+    return run, reference
+
+
 class _LastOutputs:
     """``run`` that remembers its last inputs and outputs; :meth:`again` answers the same
     inputs from memory and runs any others."""
@@ -289,13 +306,20 @@ def _progress_run(run, total: int, label: str, enabled: bool):
 
 def evaluate_graph(entry: registry.ModelEntry, model_graph: Any, stage: str, size: str = "full",
                    limit: Optional[int] = None, batch_size: int = BATCH_SIZE, progress: bool = False,
-                   reference_graph: Any = None) -> ModelMetrics:
+                   reference_graph: Any = None, executor: Any = None) -> ModelMetrics:
     """Run ``entry``'s ``evaluate()`` on ``model_graph`` (any form) at ``stage``; the
-    reference is ``reference_graph`` (the FP32 model), or the model itself when None."""
+    reference is ``reference_graph`` (the FP32 model), or the model itself when None.
+    ``executor``: compute the model's (and reference's) outputs of every dataset batch on
+    it first (:mod:`agraph.parallel`); the metrics are the same."""
     dataset = datasets.get(entry.dataset)
-    run = _LastOutputs(Model(entry, stage, size, model_graph, []).runner())
+    run = Model(entry, stage, size, model_graph, []).runner()
+    reference = None if reference_graph is None else Model(entry, "fp32", size, reference_graph, []).runner()
+    if executor is not None:
+        run, reference = _on_executor(executor, entry, dataset, model_graph, reference_graph, run, reference,
+                                      stage, limit, batch_size, progress)
+    run = _LastOutputs(run)
     # at fp32 the reference is the model itself: reuse the outputs of the same inputs
-    reference = run.again if reference_graph is None else Model(entry, "fp32", size, reference_graph, []).runner()
+    reference = run.again if reference is None else reference
     wrapped, bar = _progress_run(run, dataset.num_batches(batch_size, limit),
                                  f"{entry.name} {stage}", progress)
     start = time.perf_counter()
@@ -318,11 +342,15 @@ def evaluate(name_or_model, stage: str = "fp32", *, limit: Optional[int] = None,
              executor: Any = None, store: Optional[Store] = None, **build_options) -> ModelMetrics:
     """Evaluate a zoo model at ``stage`` on (the first ``limit`` samples of) its dataset with
     its ``evaluate()``; builds the stage on first use.  Fills ``wall_time_s`` and, for "npu",
-    the cost-model figures.  ``executor`` reaches calibration only (docs/agraph.md)."""
-    model = get(name_or_model, stage, size=size, executor=executor, progress=progress,
-                store=store, **build_options)
+    the cost-model figures.  ``executor`` (a ``ratelnn.distributed.RayExecutor``) runs the
+    model's batches on its workers; the metrics are the same (docs/agraph.md, "Evaluation on
+    Ray").  To calibrate on it, build the stage first with ``get(..., executor=)``."""
+    # calibration stays in this process: a RayExecutor's calibration actors keep the CPUs that
+    # the evaluation's map_blocks tasks then wait for (docs/agraph.md, "Evaluation on Ray")
+    model = get(name_or_model, stage, size=size, progress=progress, store=store, **build_options)
     reference = None if stage == "fp32" else get(model.entry.name, "fp32", size=size, store=store).graph
-    return evaluate_graph(model.entry, model.graph, stage, size, limit, batch_size, progress, reference)
+    return evaluate_graph(model.entry, model.graph, stage, size, limit, batch_size, progress, reference,
+                          executor)
 
 
 def eval_model(graph: Any, name: str, *, stage: Optional[str] = None, limit: Optional[int] = None,
