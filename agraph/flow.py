@@ -145,10 +145,12 @@ def _as_list(x) -> List[np.ndarray]:
 def converter_config(model: Model, batch_size: int = BATCH_SIZE,
                      config: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The converter config of a zoo model: its inputs, outputs and shapes at ``batch_size``,
-    engines named after it, statistics under :func:`work_dir`, plus ``config``."""
+    engines named after it, statistics under :func:`work_dir`, plus the model's optional
+    ``CONVERTER_CONFIG`` (model.py) and ``config`` (which wins)."""
     return {"input_nodes": model.entry.inputs, "output_nodes": model.entry.outputs,
             "input_shapes": model.input_shapes(batch_size), "model_name": model.entry.name,
-            "output_dir": str(work_dir(model.entry, model.size) / "stats"), **(config or {})}
+            "output_dir": str(work_dir(model.entry, model.size) / "stats"),
+            **getattr(model.entry.model, "CONVERTER_CONFIG", {}), **(config or {})}
 
 
 def converter(model: Model, batch_size: int = BATCH_SIZE, config: Optional[Dict[str, Any]] = None):

@@ -455,6 +455,49 @@ class _RegionLowering:
                    name=node.name, multipliers=[m], shifts=[s])
 
 
+def _spatial_axes(layout: str) -> Tuple[int, int]:
+    """(H axis, W axis) of a rank-4 tensor in ``layout``."""
+    return (2, 3) if layout == "NCHW" else (1, 2)
+
+
+def fold_pads(graph: Graph, region: Region) -> List[Node]:
+    """The region's nodes with each zero ``Pad`` that only a ``Conv2D`` of the region reads
+    folded into that convolution's ``pads`` (the conv reads the Pad's input; the Pad is
+    dropped).  Exact: the padding value 0.0 is code 0 (symmetric quantization), the Pad's
+    input and output share their QParams, and a convolution's padding taps read code 0.
+    Only spatial padding is folded, and only while the summed pads stay below the dilated
+    kernel (the CONV2D limit); anything else keeps its ``PAD`` instruction."""
+    readers = graph.consumer_map()
+    kept = set(region.outputs) | set(graph.outputs)
+    folded: Dict[str, Node] = {}
+    dropped = set()
+    for pad in region.nodes:
+        if pad.op != "Pad" or float(pad.attrs.get("value", 0.0)) != 0.0 or pad.outputs[0] in kept:
+            continue
+        users = readers.get(pad.outputs[0], [])
+        conv = users[0] if len(users) == 1 else None
+        if conv is None or conv.op != "Conv2D" or conv not in region.nodes or conv.inputs[0] != pad.outputs[0]:
+            continue
+        qx, qy = graph.qparams.get(pad.inputs[0]), graph.qparams.get(pad.outputs[0])
+        if qx is None or qy is None or qx.dtype != qy.dtype or float(qx.scale) != float(qy.scale):
+            continue
+        widths = np.asarray(pad.attrs["pads"], dtype=np.int64).reshape(-1, 2)
+        h_axis, w_axis = _spatial_axes(conv.attrs.get("layout", "NHWC"))
+        if len(widths) != 4 or any(widths[d].any() for d in range(4) if d not in (h_axis, w_axis)):
+            continue
+        t, b, l, r = (int(v) for v in conv.attrs.get("pads", (0, 0, 0, 0)))
+        new = (t + int(widths[h_axis][0]), b + int(widths[h_axis][1]),
+               l + int(widths[w_axis][0]), r + int(widths[w_axis][1]))
+        kh, kw = np.asarray(graph.params[conv.inputs[1]]).shape[:2]
+        dh, dw = conv.attrs.get("dilations", (1, 1))
+        if max(new[:2]) >= (kh - 1) * dh + 1 or max(new[2:]) >= (kw - 1) * dw + 1:
+            continue
+        folded[conv.name] = Node(conv.name, conv.op, [pad.inputs[0]] + conv.inputs[1:], conv.outputs,
+                                 dict(conv.attrs, pads=new))
+        dropped.add(pad.name)
+    return [folded.get(n.name, n) for n in region.nodes if n.name not in dropped]
+
+
 def lower_region(graph: Graph, region: Region, engine_name: str, device_id: int = 0,
                  core_ids: Sequence[int] = (0,)) -> Engine:
     """Compile ``region`` of the quantized ``graph`` into a validated engine.
@@ -466,7 +509,7 @@ def lower_region(graph: Graph, region: Region, engine_name: str, device_id: int 
     builder = EngineBuilder(engine_name, batch)
     low = _RegionLowering(graph, builder)
     inputs = [low.new(t, "ir") for t in region.inputs]
-    for node in region.nodes:
+    for node in fold_pads(graph, region):
         low.lower(node)
     outputs = [low.get(t, "ir", graph.producer(t)) for t in region.outputs]
     builder.set_io(inputs, outputs)

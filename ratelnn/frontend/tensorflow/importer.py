@@ -8,6 +8,7 @@ operands the IR cannot express) become ``Opaque`` nodes holding their NodeDef.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -120,21 +121,24 @@ def _infer_shapes(graph_def, inputs: List[str], input_shapes, nodes) -> object:
         try:
             tf.compat.v1.import_graph_def(graph_def, input_map=input_map, name="import")
         except (ValueError, TypeError) as e:
+            found = re.search(r"\{\{node import/([^}]+?)\}\}", str(e))
+            if found and found[1] in nodes:
+                nd = nodes[found[1]]
+                raise ModelError(f"input_shapes {input_shapes}: node {nd.name!r} ({nd.op}) cannot take "
+                                 f"them: {str(e).split(' for ')[0]}") from e
             raise ModelError(f"TensorFlow cannot import the GraphDef with input_shapes {input_shapes}: {e}") from e
     return graph
 
 
 def _check_input_shape(name: str, nd, shape) -> None:
+    """The rank must match the placeholder's; fixed dims may change (docs/architecture.md
+    §14): TensorFlow infers every shape again and names a node that cannot take them."""
     if "shape" not in nd.attr or nd.attr["shape"].shape.unknown_rank:
         return
     declared = [d.size for d in nd.attr["shape"].shape.dim]
     if len(declared) != len(shape):
         raise ModelError(f"input_shapes for {name!r} has rank {len(shape)} ({list(shape)}), "
                          f"but the placeholder has rank {len(declared)} ({declared})")
-    for axis, (want, have) in enumerate(zip(declared, shape)):
-        if want >= 0 and have is not None and want != have:
-            raise ModelError(f"input_shapes for {name!r}: dim {axis} is {have}, "
-                             f"but the placeholder fixes it to {want} ({declared})")
 
 
 # ---------------------------------------------------------------- translation
