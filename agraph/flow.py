@@ -129,11 +129,26 @@ def work_dir(entry: registry.ModelEntry, size: str) -> Path:
     return paths.home() / "work" / (entry.name if size == "full" else f"{entry.name}-{size}")
 
 
-def calibration_data(entry: registry.ModelEntry, samples: int, batch_size: int):
+def _reduced(entry: registry.ModelEntry, size: str):
+    """The TEST_INPUT_SHAPES when ``size`` is "test" and the model has them, else None."""
+    return entry.input_shapes("test") if size == "test" and entry.model.TEST_INPUT_SHAPES else None
+
+
+def preprocess_for(entry: registry.ModelEntry, size: str = "full"):
+    """The model's ``preprocess``; at a reduced size, with ``input_shapes=`` the reduced
+    shapes (a model whose input size follows its build shapes takes that keyword)."""
+    shapes = _reduced(entry, size)
+    if shapes is None:
+        return entry.model.preprocess
+    return lambda samples: entry.model.preprocess(samples, input_shapes=shapes)
+
+
+def calibration_data(entry: registry.ModelEntry, samples: int, batch_size: int, size: str = "full"):
     """Preprocessed inputs of the first ``samples`` samples of the model's dataset: an array
     (one input) or a dict input name -> array."""
     dataset = datasets.get(entry.dataset)
-    chunks = [_as_list(entry.model.preprocess(x)) for x, _ in dataset.batches(batch_size, samples)]
+    preprocess = preprocess_for(entry, size)
+    chunks = [_as_list(preprocess(x)) for x, _ in dataset.batches(batch_size, samples)]
     arrays = [np.concatenate([c[i] for c in chunks]) for i in range(len(entry.inputs))]
     return arrays[0] if len(arrays) == 1 else dict(zip(entry.inputs, arrays))
 
@@ -216,7 +231,7 @@ def _build_stage(entry, stage, size, tmp: Path, options, executor, progress, sto
         stats = Path(conv.config["output_dir"])
         if stats.exists():
             shutil.rmtree(stats)
-        data = calibration_data(entry, options["calibration_samples"], options["batch_size"])
+        data = calibration_data(entry, options["calibration_samples"], options["batch_size"], size)
         conv.calibrate(data, progress=progress, executor=executor)
         return _write(entry.framework, conv.to_quant(), tmp, entry.name)
     quant = get(entry.name, "quant", size=size, store=store, executor=executor, progress=progress, force=force,
@@ -259,12 +274,13 @@ def stage_of(framework: str, graph: Any) -> str:
     return "quant" if ops & set(QUANT_OPS) else "fp32"
 
 
-def _on_executor(executor, entry, dataset, model_graph, reference_graph, run, reference, stage, limit,
+def _on_executor(executor, entry, dataset, model_graph, reference_graph, run, reference, stage, size, limit,
                  batch_size, progress):
     """``(run, reference)`` answering the dataset's batches from outputs computed on ``executor``."""
     from .parallel import Replay, outputs_on
 
-    batches = [[np.asarray(a, dtype=np.float32) for a in _as_list(entry.model.preprocess(x))]
+    preprocess = preprocess_for(entry, size)
+    batches = [[np.asarray(a, dtype=np.float32) for a in _as_list(preprocess(x))]
                for x, _ in dataset.batches(batch_size, limit)]
     outputs = outputs_on(executor, entry.framework, model_graph, entry.inputs, entry.outputs, batches,
                          f"{entry.name} {stage}", progress)
@@ -318,7 +334,7 @@ def evaluate_graph(entry: registry.ModelEntry, model_graph: Any, stage: str, siz
     reference = None if reference_graph is None else Model(entry, "fp32", size, reference_graph, []).runner()
     if executor is not None:
         run, reference = _on_executor(executor, entry, dataset, model_graph, reference_graph, run, reference,
-                                      stage, limit, batch_size, progress)
+                                      stage, size, limit, batch_size, progress)
     run = _LastOutputs(run)
     # at fp32 the reference is the model itself: reuse the outputs of the same inputs
     reference = run.again if reference is None else reference
@@ -326,9 +342,13 @@ def evaluate_graph(entry: registry.ModelEntry, model_graph: Any, stage: str, siz
                                  f"{entry.name} {stage}", progress)
     start = time.perf_counter()
     with bar:
-        result = entry.eval.evaluate(wrapped, dataset, stage,
-                                     limit=limit, batch_size=batch_size,
-                                     reference=reference)
+        shapes = _reduced(entry, size)
+        if shapes is not None and hasattr(entry.eval, "evaluate_at"):  # the model at its reduced size
+            result = entry.eval.evaluate_at(shapes, wrapped, dataset, stage, limit=limit, batch_size=batch_size,
+                                            reference=reference)
+        else:
+            result = entry.eval.evaluate(wrapped, dataset, stage, limit=limit, batch_size=batch_size,
+                                         reference=reference)
     wall = time.perf_counter() - start
     if not isinstance(result, ModelMetrics):
         raise RuleError(f"model {entry.name!r}: evaluate() returned {type(result).__name__}, "
