@@ -11,6 +11,7 @@ dataset (the original SDK's ``eval_model(graph_cal)``); statistics go to
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
@@ -77,9 +78,25 @@ def _entry(name_or_model) -> registry.ModelEntry:
     return name_or_model.entry if isinstance(name_or_model, Model) else registry.entry(name_or_model)
 
 
+@functools.lru_cache(maxsize=1)
+def ratelnn_fingerprint() -> str:
+    """sha256 of ratelnn's Python sources and C++ op sources (``ops/`` beside the package, or
+    the wheel's ``_ops_src``): a stored quantized or compiled model is reused only by the
+    ratelnn that made it."""
+    package = Path(ratelnn.__file__).resolve().parent
+    roots = [package, package.parent / "ops", package / "_ops_src"]
+    h = hashlib.sha256(ratelnn.__version__.encode())
+    for root in roots:
+        for f in sorted(root.rglob("*")) if root.is_dir() else []:
+            if f.suffix in (".py", ".cc", ".h", ".inc", ".proto") and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(root.parent)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 def _key(entry: registry.ModelEntry, stage: str, size: str, options: Dict[str, Any]) -> str:
     text = json.dumps({"source": entry.source_hash(), "stage": stage, "size": size,
-                       "ratelnn": ratelnn.__version__, "options": options if stage != "fp32" else {}},
+                       "ratelnn": ratelnn_fingerprint() if stage != "fp32" else "",
+                       "options": options if stage != "fp32" else {}},
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
