@@ -11,6 +11,7 @@ dataset (the original SDK's ``eval_model(graph_cal)``); statistics go to
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
@@ -77,9 +78,25 @@ def _entry(name_or_model) -> registry.ModelEntry:
     return name_or_model.entry if isinstance(name_or_model, Model) else registry.entry(name_or_model)
 
 
+@functools.lru_cache(maxsize=1)
+def ratelnn_fingerprint() -> str:
+    """sha256 of ratelnn's Python sources and C++ op sources (``ops/`` beside the package, or
+    the wheel's ``_ops_src``): a stored quantized or compiled model is reused only by the
+    ratelnn that made it."""
+    package = Path(ratelnn.__file__).resolve().parent
+    roots = [package, package.parent / "ops", package / "_ops_src"]
+    h = hashlib.sha256(ratelnn.__version__.encode())
+    for root in roots:
+        for f in sorted(root.rglob("*")) if root.is_dir() else []:
+            if f.suffix in (".py", ".cc", ".h", ".inc", ".proto") and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(root.parent)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 def _key(entry: registry.ModelEntry, stage: str, size: str, options: Dict[str, Any]) -> str:
     text = json.dumps({"source": entry.source_hash(), "stage": stage, "size": size,
-                       "ratelnn": ratelnn.__version__, "options": options if stage != "fp32" else {}},
+                       "ratelnn": ratelnn_fingerprint() if stage != "fp32" else "",
+                       "options": options if stage != "fp32" else {}},
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -129,11 +146,26 @@ def work_dir(entry: registry.ModelEntry, size: str) -> Path:
     return paths.home() / "work" / (entry.name if size == "full" else f"{entry.name}-{size}")
 
 
-def calibration_data(entry: registry.ModelEntry, samples: int, batch_size: int):
+def _reduced(entry: registry.ModelEntry, size: str):
+    """The TEST_INPUT_SHAPES when ``size`` is "test" and the model has them, else None."""
+    return entry.input_shapes("test") if size == "test" and entry.model.TEST_INPUT_SHAPES else None
+
+
+def preprocess_for(entry: registry.ModelEntry, size: str = "full"):
+    """The model's ``preprocess``; at a reduced size, with ``input_shapes=`` the reduced
+    shapes (a model whose input size follows its build shapes takes that keyword)."""
+    shapes = _reduced(entry, size)
+    if shapes is None:
+        return entry.model.preprocess
+    return lambda samples: entry.model.preprocess(samples, input_shapes=shapes)
+
+
+def calibration_data(entry: registry.ModelEntry, samples: int, batch_size: int, size: str = "full"):
     """Preprocessed inputs of the first ``samples`` samples of the model's dataset: an array
     (one input) or a dict input name -> array."""
     dataset = datasets.get(entry.dataset)
-    chunks = [_as_list(entry.model.preprocess(x)) for x, _ in dataset.batches(batch_size, samples)]
+    preprocess = preprocess_for(entry, size)
+    chunks = [_as_list(preprocess(x)) for x, _ in dataset.batches(batch_size, samples)]
     arrays = [np.concatenate([c[i] for c in chunks]) for i in range(len(entry.inputs))]
     return arrays[0] if len(arrays) == 1 else dict(zip(entry.inputs, arrays))
 
@@ -216,7 +248,7 @@ def _build_stage(entry, stage, size, tmp: Path, options, executor, progress, sto
         stats = Path(conv.config["output_dir"])
         if stats.exists():
             shutil.rmtree(stats)
-        data = calibration_data(entry, options["calibration_samples"], options["batch_size"])
+        data = calibration_data(entry, options["calibration_samples"], options["batch_size"], size)
         conv.calibrate(data, progress=progress, executor=executor)
         return _write(entry.framework, conv.to_quant(), tmp, entry.name)
     quant = get(entry.name, "quant", size=size, store=store, executor=executor, progress=progress, force=force,
@@ -259,6 +291,24 @@ def stage_of(framework: str, graph: Any) -> str:
     return "quant" if ops & set(QUANT_OPS) else "fp32"
 
 
+def _on_executor(executor, entry, dataset, model_graph, reference_graph, run, reference, stage, size, limit,
+                 batch_size, progress):
+    """``(run, reference)`` answering the dataset's batches from outputs computed on ``executor``."""
+    from .parallel import Replay, outputs_on
+
+    preprocess = preprocess_for(entry, size)
+    batches = [[np.asarray(a, dtype=np.float32) for a in _as_list(preprocess(x))]
+               for x, _ in dataset.batches(batch_size, limit)]
+    outputs = outputs_on(executor, entry.framework, model_graph, entry.inputs, entry.outputs, batches,
+                         f"{entry.name} {stage}", progress)
+    run = Replay(zip(batches, outputs), run)
+    if reference_graph is not None:
+        ref_outputs = outputs_on(executor, entry.framework, reference_graph, entry.inputs, entry.outputs,
+                                 batches, f"{entry.name} fp32 reference", progress)
+        reference = Replay(zip(batches, ref_outputs), reference)
+    return run, reference
+
+
 class _LastOutputs:
     """``run`` that remembers its last inputs and outputs; :meth:`again` answers the same
     inputs from memory and runs any others."""
@@ -291,20 +341,31 @@ def _progress_run(run, total: int, label: str, enabled: bool):
 
 def evaluate_graph(entry: registry.ModelEntry, model_graph: Any, stage: str, size: str = "full",
                    limit: Optional[int] = None, batch_size: int = BATCH_SIZE, progress: bool = False,
-                   reference_graph: Any = None) -> ModelMetrics:
+                   reference_graph: Any = None, executor: Any = None) -> ModelMetrics:
     """Run ``entry``'s ``evaluate()`` on ``model_graph`` (any form) at ``stage``; the
-    reference is ``reference_graph`` (the FP32 model), or the model itself when None."""
+    reference is ``reference_graph`` (the FP32 model), or the model itself when None.
+    ``executor``: compute the model's (and reference's) outputs of every dataset batch on
+    it first (:mod:`agraph.parallel`); the metrics are the same."""
     dataset = datasets.get(entry.dataset)
-    run = _LastOutputs(Model(entry, stage, size, model_graph, []).runner())
+    run = Model(entry, stage, size, model_graph, []).runner()
+    reference = None if reference_graph is None else Model(entry, "fp32", size, reference_graph, []).runner()
+    if executor is not None:
+        run, reference = _on_executor(executor, entry, dataset, model_graph, reference_graph, run, reference,
+                                      stage, size, limit, batch_size, progress)
+    run = _LastOutputs(run)
     # at fp32 the reference is the model itself: reuse the outputs of the same inputs
-    reference = run.again if reference_graph is None else Model(entry, "fp32", size, reference_graph, []).runner()
+    reference = run.again if reference is None else reference
     wrapped, bar = _progress_run(run, dataset.num_batches(batch_size, limit),
                                  f"{entry.name} {stage}", progress)
     start = time.perf_counter()
     with bar:
-        result = entry.eval.evaluate(wrapped, dataset, stage,
-                                     limit=limit, batch_size=batch_size,
-                                     reference=reference)
+        shapes = _reduced(entry, size)
+        if shapes is not None and hasattr(entry.eval, "evaluate_at"):  # the model at its reduced size
+            result = entry.eval.evaluate_at(shapes, wrapped, dataset, stage, limit=limit, batch_size=batch_size,
+                                            reference=reference)
+        else:
+            result = entry.eval.evaluate(wrapped, dataset, stage, limit=limit, batch_size=batch_size,
+                                         reference=reference)
     wall = time.perf_counter() - start
     if not isinstance(result, ModelMetrics):
         raise RuleError(f"model {entry.name!r}: evaluate() returned {type(result).__name__}, "
@@ -320,11 +381,15 @@ def evaluate(name_or_model, stage: str = "fp32", *, limit: Optional[int] = None,
              executor: Any = None, store: Optional[Store] = None, **build_options) -> ModelMetrics:
     """Evaluate a zoo model at ``stage`` on (the first ``limit`` samples of) its dataset with
     its ``evaluate()``; builds the stage on first use.  Fills ``wall_time_s`` and, for "npu",
-    the cost-model figures.  ``executor`` reaches calibration only (docs/agraph.md)."""
-    model = get(name_or_model, stage, size=size, executor=executor, progress=progress,
-                store=store, **build_options)
+    the cost-model figures.  ``executor`` (a ``ratelnn.distributed.RayExecutor``) runs the
+    model's batches on its workers; the metrics are the same (docs/agraph.md, "Evaluation on
+    Ray").  To calibrate on it, build the stage first with ``get(..., executor=)``."""
+    # calibration stays in this process: a RayExecutor's calibration actors keep the CPUs that
+    # the evaluation's map_blocks tasks then wait for (docs/agraph.md, "Evaluation on Ray")
+    model = get(name_or_model, stage, size=size, progress=progress, store=store, **build_options)
     reference = None if stage == "fp32" else get(model.entry.name, "fp32", size=size, store=store).graph
-    return evaluate_graph(model.entry, model.graph, stage, size, limit, batch_size, progress, reference)
+    return evaluate_graph(model.entry, model.graph, stage, size, limit, batch_size, progress, reference,
+                          executor)
 
 
 def eval_model(graph: Any, name: str, *, stage: Optional[str] = None, limit: Optional[int] = None,

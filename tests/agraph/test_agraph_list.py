@@ -51,3 +51,17 @@ def test_eval_all_rewrites_only_the_table_between_the_markers(tmp_path):
             in text)
     assert ("| fashion_cnn_mx | mxnet | trained | fashion_mnist | failed: DatasetError: fashion_mnist.tar is missing"
             in text)
+
+
+def test_reduced_size_reaches_preprocess_of_models_that_take_it():
+    import numpy as np
+
+    from agraph import flow
+
+    photo = np.zeros(1, dtype=object)
+    photo[0] = np.zeros((90, 120, 3), np.uint8)
+    gluon = registry.entry("resnet18_v1_gluon")  # TEST_INPUT_SHAPES [[1, 3, 64, 64]]
+    assert flow.preprocess_for(gluon, "test")(photo).shape == (1, 3, 64, 64)
+    assert flow.preprocess_for(gluon, "full")(photo).shape == (1, 3, 224, 224)
+    digits = registry.entry("digits_cnn_tf")  # no reduced size: its own preprocess at both
+    assert flow.preprocess_for(digits, "test") is digits.model.preprocess
