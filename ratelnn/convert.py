@@ -6,6 +6,7 @@ Several models compiled together: :class:`ratelnn.joint.convert.JointConvertImpl
 """
 from __future__ import annotations
 
+import collections.abc
 from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
@@ -34,6 +35,9 @@ class ConvertImpl:
         self.config = config_mod.normalize(config, model_handler.framework)
         self.device_info = dict(device_info or {})
         self.graph: Graph = model_handler.import_graph(graph_def, self.config)
+        if self.config["equalization"]:   # before calibration: the statistics are of this graph
+            from .ir.equalize import equalize
+            equalize(self.graph, self.config["equalization_iterations"])
         # names the engines (<model>_engine_<k>) and their device-time counters
         self.graph.name = model_name(self.config)
 
@@ -58,19 +62,51 @@ class ConvertImpl:
 
     def quantized_ir(self, graph_quant: Any = None) -> Graph:
         """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
-        recovered from ``graph_quant``, a quantized model made by ``to_quant``."""
+        recovered from ``graph_quant``: a quantized model made by ``to_quant``, or a
+        pre-quantized (quantization-aware-trained) model whose own fake-quantization nodes
+        give the ranges (docs/quantization.md "Importing pre-quantized (QAT) graphs")."""
         if graph_quant is not None:
             from .quantization.recover import strip_qdq
-            qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+            qgraph = self.handler.import_prequantized(graph_quant, self.config)
+            if qgraph is None:
+                qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
             qgraph.name = self.graph.name
             return qgraph
         from .calibration.manifest import check_owner
         from .calibration.stats import load_statistics
-        from .quantization.quantizer import quantize
         check_owner(self.config["output_dir"], self.graph.name, self.fingerprint,
                     self.config["merge_statistics"])
-        stats = load_statistics(self.config["output_dir"])
-        return quantize(self.graph, stats, self.config)
+        return self.quantize(load_statistics(self.config["output_dir"]))
+
+    def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
+        """The quantized IR of this model from ``stats`` under ``config`` (default: the
+        converter's), with the accuracy passes the config asks for (docs/quantization.md §8):
+        AdaRound of the weights, then bias correction, each kept only if it does not lower
+        the output cosine on the held-out part of the calibration sample."""
+        from .quantization.accuracy import apply_passes
+        from .quantization.quantizer import quantize
+        config = self.config if config is None else config
+        qgraph = quantize(self.graph, stats, config)
+        if config["adaround_iterations"] > 0 or config["bias_correction"] != "none":
+            key = "adaround_iterations" if config["adaround_iterations"] > 0 else "bias_correction"
+            qgraph = apply_passes(self.graph, qgraph, config,
+                                  self._sample(key, required=key != "bias_correction"
+                                               or config["bias_correction"] == "empirical"))
+        return qgraph
+
+    def _sample(self, key: str, required: bool = True) -> Optional[Dict[str, np.ndarray]]:
+        """The calibration sample kept by calibrate(); None, or if ``required`` a
+        CalibrationError naming ``key``, when there is none."""
+        from .calibration.sample import read_sample, sample_path
+        from .errors import CalibrationError
+        sample = read_sample(self.config["output_dir"], self.fingerprint)
+        if sample is None and required:
+            raise CalibrationError(
+                f"config key {key!r} needs the calibration sample that calibrate() keeps "
+                f"({sample_path(self.config['output_dir'], self.fingerprint)} does not exist): "
+                "run c.calibrate(data), or c.keep_sample(data) after running the calibration "
+                "model yourself, with accuracy_samples > 0")
+        return sample
 
     def to_quant(self) -> Any:
         """The quantized model: Quant/Dequant ops and integer constants, runnable in the
@@ -94,17 +130,21 @@ class ConvertImpl:
 
     def _compiler_check(self, qgraph: Graph, compiled: Graph):
         """``compiler_check`` (docs/multi-batch.md): the engines against the quantized model on
-        the first calibration batch of :meth:`calibrate` in this converter, else on inputs
-        drawn uniformly (seed 0) from each input's calibrated range; the report is also
-        written to ``output_dir/compiler_check.json``.  A mismatch raises CompileError."""
+        the first rows of the calibration sample :meth:`calibrate` keeps in ``output_dir``
+        (as many as the compiled batch), else on inputs drawn uniformly (seed 0) from each
+        input's calibrated range; the report is also written to
+        ``output_dir/compiler_check.json``.  A mismatch raises CompileError."""
         import os
 
         from .compiler.check import check_compiled, report_json
         from .fileio import write_atomic
-        feeds = getattr(self, "_check_sample", None)
-        sample = "first calibration batch"
-        if feeds is None or set(feeds) != set(qgraph.inputs) or any(
-                np.shape(feeds[t])[1:] != tuple(qgraph.shape(t))[1:] for t in qgraph.inputs):
+        from .calibration.sample import read_sample
+        kept = read_sample(self.config["output_dir"], self.fingerprint) or {}
+        rows = qgraph.shape(qgraph.inputs[0])[0] if qgraph.inputs else None
+        feeds = {t: np.asarray(kept[t])[:rows] for t in qgraph.inputs if t in kept}
+        sample = f"{rows} rows of the calibration sample"
+        if (not rows or len(feeds) != len(qgraph.inputs)
+                or any(feeds[t].shape != tuple(qgraph.shape(t)) for t in qgraph.inputs)):
             feeds, sample = _random_feeds(qgraph), "uniform in the calibrated input ranges (seed 0)"
         report = check_compiled(qgraph, compiled, self.config, feeds, self.config["compiler_check"], sample)
         os.makedirs(self.config["output_dir"], exist_ok=True)
@@ -127,29 +167,60 @@ class ConvertImpl:
         ETA on stderr; ``executor``: run the shards elsewhere instead, e.g. a
         ``ratelnn.distributed.RayExecutor`` (docs/distributed.md), with the same result."""
         if executor is not None:
-            return executor.calibrate(self, data, batch_size, progress)
+            stats = executor.calibrate(self, data, batch_size, progress)
+            if not isinstance(data, collections.abc.Iterator):   # a one-shot iterator is spent
+                self.keep_sample(data, batch_size)
+            return stats
         from .calibration.progress import Progress
         from .calibration.stats import load_statistics
         from .runners import runner_for
         batches = self.calibration_data(data, batch_size)
         runner = runner_for(self.handler.framework, self.to_cal())
+        kept = None
         with Progress(batches.num_batches, "calibrate", enabled=progress) as bar:
             for batch in batches:
-                if getattr(self, "_check_sample", None) is None:   # compiler_check's sample
-                    self._check_sample = {k: np.array(v) for k, v in batch.feeds.items()}
                 runner.run(batch.feeds, self.config["output_nodes"])
+                kept = self._keep(batch, kept)
                 bar.update()
         return load_statistics(self.config["output_dir"])
 
-    def analyze(self, data: Any, against: str = "quant", batch_size: Optional[int] = None,
-                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None):
+    def keep_sample(self, data: Any, batch_size: Optional[int] = None) -> int:
+        """Keep the first ``accuracy_samples`` inputs of ``data`` for the accuracy passes
+        that need data (``bias_correction="empirical"``, ``adaround_iterations``; docs/
+        quantization.md, "Accuracy passes"); ``calibrate()`` does it itself.  Returns the
+        number of samples kept."""
+        if self.config["accuracy_samples"] == 0:
+            return 0
+        kept = None
+        for batch in self.calibration_data(data, batch_size):
+            kept = self._keep(batch, kept)
+            if kept >= self.config["accuracy_samples"]:
+                break
+        return kept or 0
+
+    def _keep(self, batch, kept: Optional[int]) -> int:
+        """Add ``batch``'s real rows to the kept sample while it has fewer than
+        ``accuracy_samples``; ``kept``: the count after the previous batch (None: unknown)."""
+        from .calibration.sample import keep_sample
+        limit = self.config["accuracy_samples"]
+        if kept is not None and kept >= limit:
+            return kept
+        feeds = {k: np.asarray(v)[:batch.size] for k, v in batch.feeds.items()}
+        return keep_sample(self.config["output_dir"], self.fingerprint, feeds, limit)
+
+    def analyze(self, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
+                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
+                method: Optional[str] = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
         (``"npu"``) model against the float model on ``data``: a
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
         ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
-        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``."""
+        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``.
+        Defaults from config ``precision_analysis_mode`` (Reference: quant, NPUBackend: npu)
+        and ``precision_analysis_method`` (EndToEnd, or PerLayer: each layer also fed the
+        float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
-        return analyze(self, data, against, batch_size, max_batches, progress, executor)
+        return analyze(self, data, against, batch_size, max_batches, progress, executor, method)
 
 
 def _random_feeds(qgraph: Graph) -> Dict[str, np.ndarray]:

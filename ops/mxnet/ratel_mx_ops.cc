@@ -633,6 +633,8 @@ MXReturnValue EngineShape(const Attrs& attrs, Shapes* in, Shapes* out) {
                                               0, "");
     }
     if (batch < 0) batch = e->batch_size;
+    // sizes before MXNet allocates the outputs (docs/reliability.md, "Engines")
+    ratelnn::npu::check_size_limits(*e, batch, ratelnn::npu::run_size_limits(), "");
     for (size_t k = 0; k < e->outputs.size(); ++k) {
       const auto& t = e->tensors[e->outputs[k]];
       std::vector<unsigned int> dims = {static_cast<unsigned int>(batch)};
@@ -690,6 +692,7 @@ class EngineState : public CustomStatefulOp {
         batch = ratelnn::npu::check_input_shape(e, k, x.shape, batch, 0, "");
       }
       if (batch < 0) batch = e.batch_size;
+      ratelnn::npu::check_size_limits(e, batch, ratelnn::npu::run_size_limits(), "");  // before any copy
       std::vector<std::vector<int16_t>> narrowed(inputs->size()), widened(outputs->size());
       std::vector<const void*> in_ptrs;
       std::vector<int64_t> in_sizes;

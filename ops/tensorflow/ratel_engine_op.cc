@@ -3,9 +3,10 @@
 // and keeps a process-wide account of the device time the runs would take (docs/architecture.md §7;
 // the account and the placement check are shared with the MXNet op: ops/core/device_time.h).
 //
-// The engine bytes are decoded and validated once, when the kernel is constructed;
-// corrupted or hostile bytes give an InvalidArgument status naming the engine, never a
-// crash.  Inputs are checked with the engine input checks every caller shares
+// The engine bytes are decoded and validated once, when the kernel is constructed, after
+// their checksum (ops/core/npu_checksum.h); corrupted or hostile bytes give an
+// InvalidArgument status naming the engine, never a crash.  Sizes at the run batch are
+// checked against the run-time limits before outputs are allocated.  Inputs are checked with the engine input checks every caller shares
 // (ops/core/npu_io.h): count and dtypes when the kernel is built, shapes on every run.  The batch dimension is free:
 // an engine compiled for batch b runs any batch N >= 0 (N = 0 gives empty outputs).  A node
 // with `batch_engines` holds an engine set (docs/multi-batch.md): the batch is split over the
@@ -155,13 +156,16 @@ class RatelEngineOp : public OpKernel {
       in_ptrs.push_back(x.tensor_data().data());
       in_sizes.push_back(int64_t(x.tensor_data().size()));
     }
+    try {  // sizes before any output is allocated (docs/reliability.md, "Engines")
+      npu::check_size_limits(engine_, batch, npu::run_size_limits(), engine_name_);
+    } catch (const std::exception& e) {
+      ctx->CtxFailure(InvalidArgument(e.what()));
+      return;
+    }
     std::vector<void*> out_ptrs;
     std::vector<int64_t> out_sizes;
     for (int k = 0; k < ctx->num_outputs(); ++k) {
       const npu::TensorDesc& t = engine_.tensors[engine_.outputs[k]];
-      OP_REQUIRES(ctx, batch == 0 || t.sample_elements() <= npu::kMaxElements / batch,
-                  InvalidArgument("engine '", engine_name_, "': output '", t.name,
-                                  "' exceeds 2^31-1 elements at batch ", batch));
       std::vector<int64_t> dims(t.shape.begin(), t.shape.end());
       dims[0] = batch;
       TensorShape shape;

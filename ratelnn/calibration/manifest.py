@@ -186,13 +186,17 @@ def statistics_files(output_dir: Union[str, Path]) -> List[Path]:
 
 
 def start_fresh(output_dir: Union[str, Path]) -> None:
-    """Delete the statistics of ``output_dir`` (its ``ratel_stats`` directory) and the
-    statistics this process holds in memory for it: the next calibration starts over."""
+    """Delete the statistics of ``output_dir`` (its ``ratel_stats`` directory, and the kept
+    calibration samples ``ratel_sample``) and the statistics this process holds in memory for
+    it: the next calibration starts over."""
     import shutil
 
     from ..oplib import forget_statistics
 
     forget_statistics(output_dir)
+    sample_dir = Path(output_dir) / "ratel_sample"   # == sample.SAMPLE_SUBDIR
+    if sample_dir.is_dir() and not sample_dir.is_symlink():
+        shutil.rmtree(sample_dir)
     stats_dir = Path(output_dir) / _SUBDIR
     if stats_dir.is_dir() and not stats_dir.is_symlink():
         shutil.rmtree(stats_dir)

@@ -22,7 +22,7 @@ from ..fileio import write_atomic
 from ..ir import Graph, Node, QParams, TensorInfo
 from ..npu.device import resolve_device_info
 from ..npu.batching import rebatch
-from ..npu.engine import ACTIVATION_DTYPES
+from ..npu.engine import ACTIVATION_DTYPES, MAX_TENSOR_ELEMENTS, MAX_TOTAL_BYTES, EngineError
 from .partition import find_regions
 from ..quantization.policy import QuantPlan, make_plan
 from .lower import is_lowerable, lower_region
@@ -237,7 +237,10 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
         except _UNFORESEEN as e:
             nodes = ", ".join(_describe(n) for n in region.nodes[:8]) + (", ..." if len(region.nodes) > 8 else "")
             raise CompileError(f"cannot lower NPU region {name} ({nodes}): {type(e).__name__}: {e}") from e
+        _check_engine_size(engine, config)
         engines = [engine] if not batch_sizes else [rebatch(engine, b) for b in batch_sizes]
+        for e in engines[1:] if batch_sizes else []:   # each compiled batch size (docs/multi-batch.md)
+            _check_engine_size(e, config)
         readers = {t: t in src.outputs or any(id(c) not in in_region for c in consumers.get(t, []))
                    for t in region.outputs}
         asm.engine(region, engines, name, device_id, core_ids, readers)
@@ -246,6 +249,17 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     if remove_input_quant:
         write_input_scales(asm.out, config)
     return asm.out
+
+
+def _check_engine_size(engine, config: Mapping[str, Any]) -> None:
+    """CompileError naming the tensor when an engine at its compiled batch exceeds the config
+    keys max_tensor_elements / max_total_bytes (the run-time limits are checked by every
+    loader at the run batch: docs/reliability.md, "Engines")."""
+    try:
+        engine.check_size(engine.batch_size, int(config.get("max_tensor_elements", MAX_TENSOR_ELEMENTS)),
+                          int(config.get("max_total_bytes", MAX_TOTAL_BYTES)))
+    except EngineError as e:
+        raise CompileError(f"{e}; raise the config key to compile it") from None
 
 
 def _is_integer(graph: Graph, tensor: str) -> bool:

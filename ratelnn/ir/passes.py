@@ -17,6 +17,10 @@ from .graph import Graph, Node
 # ops that must survive constant folding: they carry quantization or framework semantics
 _NOT_FOLDABLE = {"Opaque", "Engine", "MinMax", "Quant", "Dequant"}
 _ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu"}
+# graph.meta key: output tensor of a layer a BatchNorm was folded into -> (beta, |gamma|), the
+# per-channel mean and standard deviation of its pre-activation the BatchNorm was trained for
+# (analytic bias correction, docs/quantization.md "Accuracy passes")
+BN_STATS = "bn_stats"
 
 
 # ---------------------------------------------------------------- remove_identity
@@ -43,6 +47,9 @@ def _rename_output(graph: Graph, producer: Node, new: str) -> None:
     old = producer.outputs[0]
     producer.outputs = [new]
     graph.replace_uses(old, new)
+    bn_stats = graph.meta.get(BN_STATS)
+    if bn_stats and old in bn_stats:   # the statistics describe the producer's pre-activation
+        bn_stats[new] = bn_stats.pop(old)
     graph.tensors.pop(old, None)
     graph.qparams.pop(old, None)
 
@@ -198,6 +205,8 @@ def _batchnorm_to_mul_add(graph: Graph, node: Node) -> None:
     gamma, beta, mean, var = (np.asarray(graph.params[t], np.float32) for t in node.inputs[1:])
     scale = gamma / np.sqrt(var + np.float32(node.attrs.get("eps", 1e-3)))
     shift = beta - mean * scale
+    graph.meta.setdefault(BN_STATS, {})[node.outputs[0]] = (beta.reshape(-1).astype(np.float64),
+                                                            np.abs(gamma).reshape(-1).astype(np.float64))
     shape = graph.shape(node.inputs[0])
     rank = len(shape)
     axis = node.attrs.get("axis", -1) % rank

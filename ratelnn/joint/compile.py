@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..compiler import compile_graph
 from ..npu.costs import instruction_layer_cost
 from ..ir import Graph, Node
-from ..npu.engine import SPLIT_MODES, Engine
+from ..npu.engine import SPLIT_MODES, Engine, seal
 from .scheme import Scheme
 from .planning import plan
 from .search import ModelSpec
@@ -91,7 +91,7 @@ def stamp_placement(graph: Graph, scheme: Scheme, model_index: int) -> None:
             del proto.core_ids[:]
             proto.core_ids.extend(int(c) for c in a.core_ids)
             proto.split_mode = SPLIT_MODES[ENGINE_SPLIT_MODE[a.split_mode]]
-            stamped.append(proto.SerializeToString())
+            stamped.append(seal(proto))
         node.attrs.update(engine=stamped[0], device_id=int(a.device_id), core_ids=[int(c) for c in a.core_ids])
         if len(stamped) > 1:
             node.attrs["batch_engines"] = stamped[1:]

@@ -80,11 +80,13 @@ def auto_int16_tensors(plan: QuantPlan, stats: Mapping[str, Any], qparams: Mappi
     to reach on the calibration data (:func:`.thresholds.sqnr_db`, rounding and clipping
     error from the histogram). Those below ``auto_int16_sqnr_db`` (default 25 dB) are
     promoted, lowest SQNR first (ties: graph order), at most
-    ``floor(auto_int16_max_fraction * len(plan.anchors))`` of them (default 10%).
+    ``max(1, floor(auto_int16_max_fraction * len(plan.anchors)))`` of them (default 10%; none
+    when the fraction is 0).
     """
     limit_db = _config_number(config, "auto_int16_sqnr_db", AUTO_INT16_SQNR_DB, -math.inf, math.inf)
     fraction = _config_number(config, "auto_int16_max_fraction", AUTO_INT16_MAX_FRACTION, 0.0, 1.0)
-    budget = int(math.floor(fraction * len(plan.anchors)))
+    # at least one when the fraction is not 0: floor() alone gives small graphs no budget
+    budget = max(int(math.floor(fraction * len(plan.anchors))), 1 if fraction > 0 else 0)
     scored = []
     for order, t in enumerate(plan.anchors):
         qp = qparams[t]
@@ -196,11 +198,14 @@ def _weight_axis(node, weight: np.ndarray) -> int:
     return weight.ndim - 1
 
 
-def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> None:
+def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any],
+                     weights: Optional[Mapping[str, Tuple[np.ndarray, QParams]]] = None) -> None:
     """Replace the parameter operands of quantized nodes by integer params with qparams.
 
     A parameter read more than once gets one integer copy per quantized use
     (``<param>/<node>``), so float readers and other uses keep their own values.
+    ``weights``: weight param -> (codes, QParams) given by the model itself (a pre-quantized
+    graph's fake-quantized weights, :mod:`.prequant`), used as they are.
     """
     uses = Counter(t for n in q.nodes for t in n.inputs)
     nodes = {n.name: n for n in q.nodes}
@@ -208,7 +213,9 @@ def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> No
     for use in plan.param_uses:
         node = nodes[use.node]
         value = _float_param(use.param, originals[use.param])
-        if use.role == "weight":
+        if use.role == "weight" and weights and use.param in weights:
+            codes, qp = weights[use.param]
+        elif use.role == "weight":
             role = "conv_weights" if node.op == "Conv2D" else "matmul_weights"
             settings = quant_cfg_for(config, role)
             axis = _weight_axis(node, value) if settings.get("is_per_channel", True) else None

@@ -258,3 +258,24 @@ def test_analyze_against_npu_captures_engine_tensors(analyzed):
     assert npu.worst(1)[0].name == "broken"
     with pytest.raises(ValueError, match="against must be"):
         conv.analyze(data[:8], against="gpu")
+
+
+def test_analyze_drops_suggestions_that_lower_the_output(analyzed, monkeypatch):
+    """Suggestions are checked on all the analyzed data (issue 14: on a pose net they made the
+    output worse): a harmful one (uint8 clips the signed output of ``last``) after a good one
+    is dropped, the good one kept, and the check reports both metrics."""
+    from ratelnn import analysis
+    conv, data, report = analyzed
+    check = report.suggestion_check
+    assert check and check["dropped"] == 0
+    assert check["with"]["cosine"] >= check["without"]["cosine"], check
+    assert check["with"]["sqnr_db"] >= check["without"]["sqnr_db"], check
+    assert check["without"]["sqnr_db"] == pytest.approx(report.output_similarity["y"]["sqnr_db"], abs=1e-9)
+    good = report.suggestions[0]
+    bad = analysis.Suggestion("last", "uint8", 0.0, 0.0, 0.0, 0.0, "harmful on purpose")
+    monkeypatch.setattr(analysis, "_suggest", lambda *args: [good, bad])
+    again = conv.analyze(data[:32])
+    assert again.suggestions == [good] and again.suggestion_check["dropped"] == 1, again.table()
+    assert again.suggestion_check["with"]["sqnr_db"] > again.suggestion_check["without"]["sqnr_db"] + 6
+    monkeypatch.setattr(analysis, "_suggest", lambda *args: [bad])
+    assert conv.analyze(data[:32]).suggestions == []

@@ -7,6 +7,7 @@ CompileError naming the engine and the layer.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import pytest
 import ratelnn
 from ratelnn.compiler import CompileError
 from ratelnn.compiler import compile as compile_mod
-from ratelnn.npu.engine import Engine
+from ratelnn.npu.engine import Engine, seal
 from ratelnn.proto import engine_pb2 as pb
 
 
@@ -40,7 +41,7 @@ def test_clean_build_reports(tmp_path):
     c.calibrate(np.random.default_rng(0).random((8, 8, 8, 3), dtype=np.float32), progress=False)
     c.to_npu()
     report = c.compiler_check_report
-    assert report.sample == "first calibration batch"
+    assert report.sample == "2 rows of the calibration sample"
     assert report.outputs and report.layers
     assert all(r.max_diff <= 1 for r in report.outputs + report.layers)
     assert min(r.equal for r in report.layers) > 0.9
@@ -48,11 +49,11 @@ def test_clean_build_reports(tmp_path):
     saved = json.loads((tmp_path / "compiler_check.json").read_text())
     assert saved["level"] == 2 and len(saved["layers"]) == len(report.layers)
     assert "cosine" in report.table()
-    # level 1 without a calibration sample (as in a converter that did not run calibrate()):
+    # level 1 without a calibration sample (calibrate() never ran on this output_dir):
     # random sample, no layer rows
     c1 = c
     c1.config["compiler_check"] = 1
-    del c1._check_sample
+    shutil.rmtree(tmp_path / "ratel_sample")
     c1.to_npu()
     assert c1.compiler_check_report.sample.startswith("uniform") and not c1.compiler_check_report.layers
     assert c1.compiler_check_report.outputs
@@ -75,7 +76,7 @@ def test_broken_engine_is_a_build_error(tmp_path, monkeypatch):
         w[..., 0] = -w[..., 0]                       # output channel 0 negated
         weights.data = w.tobytes()
         broken["engine"], broken["layer"] = proto.name, ins.name
-        return Engine.from_bytes(proto.SerializeToString())
+        return Engine.from_bytes(seal(proto))
 
     monkeypatch.setattr(compile_mod, "lower_region", lower_and_break)
     with pytest.raises(CompileError) as err:

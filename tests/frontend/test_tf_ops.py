@@ -141,6 +141,46 @@ def test_large_tensor_sharded_over_threads_matches_reference(ops):
                          arith.dequantize(expected, s, axis=kwargs.get("axis")))
 
 
+QUANT_PATH_SCRIPT = """
+import sys, numpy as np, tensorflow as tf, ratelnn
+x, scales = np.load(sys.argv[1]), [float(s) for s in sys.argv[3].split(",")]
+ops, out = ratelnn.tf_init(), {}
+for dtype in ("int8", "uint8", "int16", "int32"):
+    for mode in ("half_away_from_zero", "half_to_even", "floor", "ceil", "trunc"):
+        for k, scale in enumerate(scales):
+            q = ops.ratel_quant(x, dtype=dtype, scale=scale, round_mode=mode).numpy()
+            out[f"q-{dtype}-{mode}-{k}"] = q
+            out[f"d-{dtype}-{mode}-{k}"] = ops.ratel_dequant(q, scale=scale).numpy()
+np.savez(sys.argv[2], **out)
+"""
+
+
+def test_quant_and_dequant_bits_on_the_portable_path(ops, tmp_path):
+    """RatelQuant/RatelDequant loops are compiled per path (ops/core/quant_kernels.inc: the
+    portable loops and the AVX2 ones, which the AVX-512 paths run too).  The other tests of
+    this module run the machine's path in process; this one forces the portable path
+    (RATELNN_ISA, a new process): the reference's bits for every dtype and round mode on
+    ties, subnormals, NaN/Inf."""
+    path = "portable"
+    rng = np.random.default_rng(11)
+    scales = [0.1, 1 / 3, 2.0 ** -20, 7.5]
+    ties = (rng.integers(-70000, 70000, 4000) + 0.5).astype(np.float32)
+    x = np.concatenate([rng.standard_normal(4000).astype(np.float32) * 300, ties, ties * np.float32(0.1),
+                        SPECIAL_VALUES, np.float32(1e-40) * np.arange(-8, 9, dtype=np.float32)])
+    np.save(tmp_path / "x.npy", x)
+    env = subprocess_env(RATELNN_ISA=path)
+    proc = subprocess.run([sys.executable, "-c", QUANT_PATH_SCRIPT, str(tmp_path / "x.npy"), str(tmp_path / "out.npz"),
+                           ",".join(repr(s) for s in scales)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(tmp_path / "out.npz")
+    for dtype in DTYPES:
+        for mode in ROUND_MODES:
+            for k, scale in enumerate(scales):
+                expected = arith.quantize(x, scale, dtype, round_mode=mode)
+                assert_same_bits(got[f"q-{dtype}-{mode}-{k}"], expected)
+                assert_same_bits(got[f"d-{dtype}-{mode}-{k}"], arith.dequantize(expected, scale))
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"scales": [1.0, 2.0, 3.0], "axis": 1}, "got 3 scales but dimension 1"),
     ({"scales": [1.0, 2.0], "axis": 2}, "axis 2 is out of range"),

@@ -120,13 +120,15 @@ def test_auto_int16_promotes_the_lowest_sqnr_within_budget():
     q = quantize(g, stats, config)
     assert {t for t in plan.anchors if q.qparams[t].dtype == "int16"} == {"conv2", "add"}
     assert q.qparams["conv2"].scale == pytest.approx(1000.0 / 32767, rel=1e-6)
-    # budget 1: only the worst; forced dtypes are never candidates; default budget of 5
-    # anchors is floor(0.5) = 0
+    # budget 1: only the worst; forced dtypes are never candidates; the default budget of 5
+    # anchors is max(1, floor(0.5)) = 1 (small graphs get one); fraction 0 promotes nothing
     assert auto_int16_tensors(plan, stats, q8.qparams, dict(config, auto_int16_max_fraction=0.2)) == ["conv2"]
+    assert auto_int16_tensors(plan, stats, q8.qparams, dict(config, auto_int16_max_fraction=0.1)) == ["conv2"]
+    assert auto_int16_tensors(plan, stats, q8.qparams, dict(config, auto_int16_max_fraction=0.0)) == []
     forced_cfg = dict(config, layer_configs=[{"layer_name": "conv2", "data_type": "int8"}])
     forced_plan = make_plan(g, forced_cfg)
     assert auto_int16_tensors(forced_plan, stats, q8.qparams, forced_cfg) == ["add"]
-    assert auto_int16_tensors(plan, stats, q8.qparams, {}) == []
+    assert auto_int16_tensors(plan, stats, q8.qparams, {}) == ["conv2"]
     # statistics without histograms are not candidates
     bare = {t: TensorStats(s.min, s.max, s.ema_min, s.ema_max, 1, s.count) for t, s in stats.items()}
     assert auto_int16_tensors(plan, bare, q8.qparams, config) == []
