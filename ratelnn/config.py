@@ -21,6 +21,7 @@ from .config_forms import ConfigError, resolve
 FRONTENDS = ("tensorflow", "mxnet")
 ALGORITHMS = ("naive", "kld", "naive_kld_mix", "percentile", "mse")
 DATA_TYPES = ("int8", "uint8", "int16", "fp32")
+MAX_COMPILED_BATCH = 4096   # largest batch an engine set is compiled for (docs/multi-batch.md)
 REQUIRED = ("input_nodes", "output_nodes", "input_shapes", "output_dir")
 
 DEFAULTS: Dict[str, Any] = {
@@ -40,8 +41,8 @@ DEFAULTS: Dict[str, Any] = {
     "auto_int16_max_fraction": 0.1,
     "remove_input_quant": False,
     "static_batch_sizes": [],
-    "max_dynamic_batch_size": 0,
-    "compiler_check": 0,
+    "max_dynamic_batch_size": 0,   # docs/multi-batch.md; 0 = off
+    "compiler_check": 0,           # 0 off, 1 engines + model outputs, 2 also per layer
     # precision analysis (docs/quantization.md)
     "precision_analysis": False,
     "precision_analysis_method": "EndToEnd",
@@ -194,6 +195,7 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     if cfg["bias_correction"] not in BIAS_CORRECTIONS:
         raise ConfigError(f"bias_correction must be one of {BIAS_CORRECTIONS}, got {cfg['bias_correction']!r}")
     _check_scalars(cfg)
+    cfg["static_batch_sizes"] = _batch_sizes(cfg)
     if not isinstance(cfg["layer_configs"], (list, tuple)):
         raise ConfigError(f"layer_configs must be a list of mappings, got {cfg['layer_configs']!r}")
     for i, lc in enumerate(cfg["layer_configs"]):
@@ -257,6 +259,25 @@ def _input_shapes(shapes: Any, n_inputs: int) -> list:
     return out
 
 
+def _batch_sizes(cfg: Mapping[str, Any]) -> list:
+    """``static_batch_sizes`` as a sorted list of distinct positive ints; not together with
+    ``max_dynamic_batch_size`` (docs/multi-batch.md)."""
+    sizes = cfg.get("static_batch_sizes")
+    if sizes is None:
+        sizes = []
+    expect = f"a list of batch sizes in 1..{MAX_COMPILED_BATCH}, like [1, 4, 16]"
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (list, tuple)):
+        raise ConfigError(f"config key 'static_batch_sizes' must be {expect}, got {sizes!r}")
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 1 <= s <= MAX_COMPILED_BATCH:
+            raise ConfigError(f"config key 'static_batch_sizes' must be {expect}, got {list(sizes)!r} "
+                              f"(entry {s!r})")
+    if sizes and cfg.get("max_dynamic_batch_size"):
+        raise ConfigError("config keys 'static_batch_sizes' and 'max_dynamic_batch_size' exclude each other: "
+                          "set one of them")
+    return sorted({int(s) for s in sizes})
+
+
 def _output_dir(value: Any) -> str:
     """``output_dir`` as a string; a str or os.PathLike that is not an existing file."""
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
@@ -287,7 +308,8 @@ _SCALARS = {
     "adaround_iterations": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
     "accuracy_samples": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
     "precision_analysis": (bool, None, "true or false"),
-    "max_dynamic_batch_size": (numbers.Integral, lambda v: v >= 0, "an integer >= 0 (0: off)"),
+    "max_dynamic_batch_size": (numbers.Integral, lambda v: 0 <= v <= MAX_COMPILED_BATCH,
+                               f"an integer in 0..{MAX_COMPILED_BATCH} (0 = off)"),
     "compiler_check": (numbers.Integral, lambda v: v in (0, 1, 2), "0, 1 or 2"),
 }
 

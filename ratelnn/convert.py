@@ -123,7 +123,33 @@ class ConvertImpl:
         from .compiler import compile_graph
         self.handler.ensure_ops()
         qgraph = self.quantized_ir(graph_quant)
-        return self.handler.export_graph(compile_graph(qgraph, self.config, self.device_info))
+        compiled = compile_graph(qgraph, self.config, self.device_info)
+        if self.config["compiler_check"]:
+            self.compiler_check_report = self._compiler_check(qgraph, compiled)
+        return self.handler.export_graph(compiled)
+
+    def _compiler_check(self, qgraph: Graph, compiled: Graph):
+        """``compiler_check`` (docs/multi-batch.md): the engines against the quantized model on
+        the first rows of the calibration sample :meth:`calibrate` keeps in ``output_dir``
+        (as many as the compiled batch), else on inputs drawn uniformly (seed 0) from each
+        input's calibrated range; the report is also written to
+        ``output_dir/compiler_check.json``.  A mismatch raises CompileError."""
+        import os
+
+        from .compiler.check import check_compiled, report_json
+        from .fileio import write_atomic
+        from .calibration.sample import read_sample
+        kept = read_sample(self.config["output_dir"], self.fingerprint) or {}
+        rows = qgraph.shape(qgraph.inputs[0])[0] if qgraph.inputs else None
+        feeds = {t: np.asarray(kept[t])[:rows] for t in qgraph.inputs if t in kept}
+        sample = f"{rows} rows of the calibration sample"
+        if (not rows or len(feeds) != len(qgraph.inputs)
+                or any(feeds[t].shape != tuple(qgraph.shape(t)) for t in qgraph.inputs)):
+            feeds, sample = _random_feeds(qgraph), "uniform in the calibrated input ranges (seed 0)"
+        report = check_compiled(qgraph, compiled, self.config, feeds, self.config["compiler_check"], sample)
+        os.makedirs(self.config["output_dir"], exist_ok=True)
+        write_atomic(os.path.join(self.config["output_dir"], "compiler_check.json"), report_json(report).encode())
+        return report
 
     def calibration_data(self, data: Any, batch_size: Optional[int] = None):
         """``data`` (array, dict, iterable, or .npy/.bin/.tar path) as batches of feed dicts
@@ -195,3 +221,23 @@ class ConvertImpl:
         float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
         return analyze(self, data, against, batch_size, max_batches, progress, executor, method)
+
+
+def _random_feeds(qgraph: Graph) -> Dict[str, np.ndarray]:
+    """Inputs at the compiled shapes: uniform over a quantized input's calibrated range
+    (its codes' range times its scale), uniform in [-1, 1] for other float inputs, zeros for
+    integer inputs; seed 0."""
+    from .ir import arith
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for t in qgraph.inputs:
+        info, qp = qgraph.tensors[t], qgraph.qparams.get(t)
+        shape = tuple(1 if d is None else int(d) for d in info.shape)
+        if qp is not None and not qp.per_channel:
+            lo, hi = arith.QRANGE[qp.dtype]
+            feeds[t] = rng.uniform(lo * float(qp.scale), hi * float(qp.scale), shape).astype(np.float32)
+        elif info.dtype == "float32":
+            feeds[t] = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+        else:
+            feeds[t] = np.zeros(shape, info.dtype)
+    return feeds

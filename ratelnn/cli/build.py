@@ -140,14 +140,21 @@ def build(args) -> int:
     for path in write_forms(output_dir, conv.graph.name, models, frontend(framework).model_io.save_model, effective):
         print(f"wrote {path}")
     if "npu" in models:
-        from ..profile import model_engines, profile
+        from ..profile import compiled_batch_sizes, model_engines, profile, profile_batch_sizes
         if model_engines(models["npu"]):
             p = profile(models["npu"], conv.config["input_shapes"][0][0] or 1, device_info)
             print(f"NPU profile (batch {p.batch_size}): latency {p.latency_s * 1e3:.4f} ms, "
                   f"throughput {p.throughput:,.0f} inferences/s")
             print("\n".join("  " + p.engine_line(e) for e in p.engines))
+            sizes = compiled_batch_sizes(models["npu"])
+            if len(sizes) > 1:   # an engine set per node (docs/multi-batch.md)
+                for b, q in profile_batch_sizes(models["npu"], device_info).items():
+                    print(f"  compiled batch {b}: latency {q.latency_s * 1e3:.4f} ms, "
+                          f"throughput {q.throughput:,.0f} inferences/s")
         else:
             print("the compiled model has no NPU engine")
+    if getattr(conv, "compiler_check_report", None) is not None:
+        print(conv.compiler_check_report.table())
     if args.analyze or (conv.config.get("precision_analysis") and args.data is not None):
         against = "npu" if "npu" in forms else "quant"
         report = conv.analyze(data, against=against, max_batches=args.analyze_batches, progress=progress)

@@ -24,12 +24,10 @@ import numpy as np
 from ..errors import ModelError
 from ..ir import Graph, Node, registry
 from ..ir.evaluate import evaluate_node
-from ..npu.costmodel import layer_cycles
-from ..npu.device import target_device
+from ..npu.batching import estimate_cycles
 from ..npu.engine import (MAX_SHIFT, Engine, EngineBuilder, make_lut, make_softmax_table, qabs, qrange,
                           quantize_multiplier)
 from .partition import Region
-from ..npu.costs import instruction_layer_cost
 
 TO_NHWC = (0, 2, 3, 1)   # NCHW -> NHWC
 TO_NCHW = (0, 3, 1, 2)   # NHWC -> NCHW
@@ -530,7 +528,5 @@ def lower_region(graph: Graph, region: Region, engine_name: str, device_id: int 
     outputs = [low.get(t, "ir", graph.producer(t)) for t in region.outputs]
     builder.set_io(inputs, outputs)
     builder.set_placement(device_id, core_ids, "SPLIT_BATCH" if len(core_ids) > 1 else "SPLIT_NONE")
-    core = target_device(device_id).core
-    for ins in builder.proto.instructions:
-        ins.cycles = int(round(layer_cycles(instruction_layer_cost(builder.proto, ins), core, batch)[0]))
+    estimate_cycles(builder.proto)
     return builder.build()

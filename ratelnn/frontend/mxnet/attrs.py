@@ -114,7 +114,10 @@ def encode_custom_attrs(op: str, attrs: Mapping[str, Any]) -> Dict[str, str]:
         return {"engine": base64.b64encode(bytes(attrs["engine"])).decode("ascii"),
                 "engine_name": str(attrs["engine_name"]), "device_id": str(int(attrs.get("device_id", 0))),
                 "core_ids": json.dumps([int(c) for c in attrs.get("core_ids", [])]),
-                "num_outputs": str(int(attrs["num_outputs"]))}
+                "num_outputs": str(int(attrs["num_outputs"])),
+                **({"batch_engines": json.dumps([base64.b64encode(bytes(b)).decode("ascii")
+                                                 for b in attrs["batch_engines"]])}
+                   if attrs.get("batch_engines") else {})}
     raise ValueError(f"{op} is not a ratelnn custom op")
 
 
@@ -136,5 +139,7 @@ def decode_custom_attrs(op: str, attrs: Mapping[str, str]) -> Dict[str, Any]:
     if op == "Engine":
         return {"engine": base64.b64decode(attrs["engine"]), "engine_name": attrs["engine_name"],
                 "device_id": int(attrs.get("device_id", "0")), "core_ids": json.loads(attrs.get("core_ids", "[]")),
-                "num_outputs": int(attrs["num_outputs"])}
+                "num_outputs": int(attrs["num_outputs"]),
+                **({"batch_engines": [base64.b64decode(b) for b in json.loads(attrs["batch_engines"])]}
+                   if attrs.get("batch_engines") else {})}
     raise ValueError(f"{op} is not a ratelnn custom op")

@@ -436,7 +436,8 @@ def _engine(imp, nd, inputs):
     n_outputs = len(nd.attr["Tout"].list.type)
     return Node(nd.name, "Engine", inputs, [nd.name] * n_outputs, {
         "engine": bytes(nd.attr["engine"].s), "engine_name": _attr(nd, "engine_name"),
-        "device_id": int(_attr(nd, "device_id", 0)), "core_ids": [int(c) for c in _attr(nd, "core_ids", [0])]})
+        "device_id": int(_attr(nd, "device_id", 0)), "core_ids": [int(c) for c in _attr(nd, "core_ids", [0])],
+        **({"batch_engines": list(nd.attr["batch_engines"].list.s)} if "batch_engines" in nd.attr else {})})
 
 
 def _scale_attrs(nd) -> dict:
