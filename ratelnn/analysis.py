@@ -10,7 +10,11 @@
   (engine tensors are named after IR tensors; ``<tensor>/nhwc`` views are transposed back).
 
 and compares every quantized layer's output (one :class:`LayerRow`) and every graph
-output.  Metrics, over all real samples: cosine similarity, SQNR in dB
+output: the *EndToEnd* columns, where each layer reads the model's own (quantized) values so
+errors accumulate.  With ``method="PerLayer"`` (config ``precision_analysis_method``) each
+quantized layer is also fed the *float* model's values of its inputs (quantized to the
+inputs' QParams, as the layer's integer form needs them) and its output compared to the float
+layer's: the per-layer columns isolate the layer's own error (:class:`_PerLayer`).  Metrics, over all real samples: cosine similarity, SQNR in dB
 (``10 log10(sum f^2 / sum (f - q)^2)``, capped at :data:`SQNR_CAP_DB`), max absolute
 error, and the percent of float values outside the tensor's integer range (saturated by
 the clip).  ``sqnr_drop_db`` is how much SQNR the layer itself loses: the lowest SQNR of
@@ -42,6 +46,9 @@ OUTPUT_TOLERANCE_DB = 0.1  # a suggestion may not lower the output SQNR by more 
 MAX_SUGGESTIONS = 3
 MAX_TRIES = 2 * MAX_SUGGESTIONS   # layers re-quantized at most, when looking for suggestions
 AGAINST = ("quant", "npu")
+METHODS = ("EndToEnd", "PerLayer")      # config precision_analysis_method
+MODES = {"Reference": "quant", "NPUBackend": "npu"}   # config precision_analysis_mode -> against
+PER_LAYER = "\0per_layer:"   # accumulator key prefix of the PerLayer measurements
 INPUT_OP = "Input"         # LayerRow.op of a quantized graph input
 
 
@@ -160,6 +167,8 @@ class LayerRow:
     sqnr_drop_db: float
     max_abs_error: float
     saturated_percent: float
+    per_layer_cosine: Optional[float] = None     # method PerLayer: the layer fed float inputs
+    per_layer_sqnr_db: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -189,6 +198,7 @@ class Report:
     without (``"without"``) and with (``"with"``) the suggestions kept, and how many of the
     suggestions found were dropped because they lowered either (``"dropped"``); empty when
     nothing was suggested.
+    ``method``: ``"EndToEnd"``, or ``"PerLayer"`` when the rows also hold the per-layer columns.
     """
 
     against: str
@@ -197,6 +207,7 @@ class Report:
     output_similarity: Dict[str, Dict[str, float]]
     suggestions: List[Suggestion]
     suggestion_check: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    method: str = "EndToEnd"
 
     def worst(self, n: int = 5) -> List[LayerRow]:
         """The ``n`` rows with the largest SQNR drop."""
@@ -208,13 +219,18 @@ class Report:
 
     def table(self) -> str:
         """The rows, output similarity and suggestions as aligned text."""
-        head = ("layer", "op", "dtype", "shape", "cosine", "SQNR dB", "chan SQNR dB", "drop dB",
-                "max abs err", "sat %")
+        per_layer = self.method == "PerLayer"
+        head = ("layer", "op", "dtype", "shape", "cosine", "SQNR dB") + (
+            ("PerLayer cos", "PerLayer SQNR") if per_layer else ()) + (
+            "chan SQNR dB", "drop dB", "max abs err", "sat %")
         body = [(r.name, r.op, r.dtype, "x".join("?" if d is None else str(d) for d in r.shape),
-                 f"{r.cosine:.6f}", f"{r.sqnr_db:.2f}", f"{r.channel_sqnr_db:.2f}", f"{r.sqnr_drop_db:.2f}",
+                 f"{r.cosine:.6f}", f"{r.sqnr_db:.2f}") + (
+                     (f"{r.per_layer_cosine:.6f}", f"{r.per_layer_sqnr_db:.2f}") if per_layer else ()) + (
+                 f"{r.channel_sqnr_db:.2f}", f"{r.sqnr_drop_db:.2f}",
                  f"{r.max_abs_error:.4g}", f"{r.saturated_percent:.3f}") for r in self.rows]
         widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-        lines = [f"float vs {self.against} on {self.num_samples} samples"]
+        lines = [f"float vs {self.against} on {self.num_samples} samples" + (
+            " (cosine, SQNR: end to end; PerLayer: each layer fed the float inputs)" if per_layer else "")]
         for i, row in enumerate([head] + body):
             lines.append("  ".join(str(c).ljust(w) if j < 4 else str(c).rjust(w)
                                    for j, (c, w) in enumerate(zip(row, widths))))
@@ -258,7 +274,7 @@ class Report:
         d = json.loads(text)
         return cls(d["against"], d["num_samples"], [LayerRow(**r) for r in d["rows"]],
                    d["output_similarity"], [Suggestion(**s) for s in d["suggestions"]],
-                   d.get("suggestion_check", {}))
+                   d.get("suggestion_check", {}), d.get("method", "EndToEnd"))
 
 
 # ------------------------------------------------------------------ model values
@@ -378,12 +394,13 @@ class _Measure:
     ``ratelnn.distributed.RayExecutor`` can run it on its workers).
 
     ``measure(block)``, ``block`` an iterable of ``(feeds, real samples)`` batches: the
-    accumulators of every measured tensor and the real rows of every graph output, float
+    accumulators of every measured tensor (and, with ``per_layer``, of every layer fed the
+    float inputs, keyed ``PER_LAYER + tensor``) and the real rows of every graph output, float
     and model, in batch order."""
 
     def __init__(self, graph, model, tensors: List[str], outputs: List[str],
-                 accumulators: Mapping[str, _Accumulator], batch_size: int) -> None:
-        self.graph, self.model = graph, model
+                 accumulators: Mapping[str, _Accumulator], batch_size: int, per_layer=None) -> None:
+        self.graph, self.model, self.per_layer = graph, model, per_layer
         self.tensors, self.outputs = tensors, outputs
         self.fetch = tensors + [o for o in outputs if o not in tensors]
         self.accumulators = accumulators
@@ -398,6 +415,9 @@ class _Measure:
         for feeds, size in block:
             f_vals = evaluate(self.graph, feeds, self.fetch)
             q_vals = self.model.run(feeds, self.fetch)
+            for t, v in (self.per_layer.run(f_vals) if self.per_layer else {}).items():
+                acc[PER_LAYER + t].add(_real_rows(f_vals[t], self.batch_size, size),
+                                       _real_rows(v, self.batch_size, size))
             for t in self.fetch:
                 f = _real_rows(f_vals[t], self.batch_size, size)
                 q = _real_rows(q_vals[t], self.batch_size, size)
@@ -410,6 +430,65 @@ class _Measure:
             if on_batch is not None:
                 on_batch()
         return acc, float_out, model_out, samples
+
+
+class _PerLayer:
+    """Method PerLayer: every quantized layer of ``qgraph`` fed the float model's values of its
+    activation inputs.  ``against="quant"`` (mode Reference): the layer as the quantized model
+    computes it (inputs Quant->Dequant at their QParams, float32 op on dequantized params,
+    output Quant->Dequant); ``"npu"`` (mode NPUBackend): the layer compiled alone into an engine
+    and run on the reference executor (bit-exact with the native one), inputs quantized at the
+    engine border.  The two differ by the 1-LSB rounding differences of
+    docs/quantization.md §7, not by construction identical."""
+
+    def __init__(self, conv, qgraph, nodes, against: str, config: Mapping[str, Any]) -> None:
+        from .quantization.policy import activation_inputs
+        self.qgraph, self.nodes = qgraph, nodes
+        self.round_mode = config.get("round_mode", "half_away_from_zero")
+        self.inputs = {n.name: activation_inputs(qgraph, n) for n in nodes}
+        self.params = {t: self._dequantized_param(t) for n in nodes for t in n.inputs if qgraph.is_param(t)}
+        self.engines: Dict[str, _CompiledModel] = {}
+        if against == "npu":
+            plain = dict(config, remove_input_quant=False, static_batch_sizes=[])
+            for n in nodes:
+                self.engines[n.name] = _CompiledModel(self._layer_graph(n), plain, conv.device_info)
+
+    def _dequantized_param(self, t: str) -> np.ndarray:
+        qp = self.qgraph.qparams.get(t)
+        value = np.asarray(self.qgraph.params[t])
+        return value if qp is None else arith.dequantize(value, qp.scale, qp.axis)
+
+    def _qdq(self, x: np.ndarray, t: str) -> np.ndarray:
+        qp = self.qgraph.qparams[t]
+        return arith.dequantize(arith.quantize(x, qp.scale, qp.dtype, qp.axis, self.round_mode), qp.scale, qp.axis)
+
+    def _layer_graph(self, node):
+        """A graph of ``node`` alone: its activation inputs as graph inputs, its params."""
+        from .ir import Graph
+        q = self.qgraph
+        g = Graph(name=f"{q.name}_{node.name}".replace("/", "_"))
+        for t in self.inputs[node.name]:
+            g.add_input(t, q.tensors[t].shape, "float32")
+        for t in node.inputs:
+            if q.is_param(t) and t not in g.params:
+                g.add_param(t, q.params[t])
+        g.add_node(copy.deepcopy(node), [copy.deepcopy(q.tensors[node.outputs[0]])])
+        g.outputs = [node.outputs[0]]
+        g.qparams = {t: q.qparams[t] for t in list(g.tensors) if t in q.qparams}
+        return g
+
+    def run(self, float_values: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Output tensor of every layer -> its per-layer (dequantized) value."""
+        from .ir.evaluate import evaluate_node
+        out = {}
+        for n in self.nodes:
+            t = n.outputs[0]
+            if n.name in self.engines:
+                out[t] = self.engines[n.name].run({i: float_values[i] for i in self.inputs[n.name]}, [t])[t]
+                continue
+            args = [self.params[i] if i in self.params else self._qdq(float_values[i], i) for i in n.inputs]
+            out[t] = self._qdq(evaluate_node(n, args)[0], t)
+        return out
 
 
 # ------------------------------------------------------------------ analysis
@@ -548,10 +627,14 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
     return result
 
 
-def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] = None,
-            max_batches: Optional[int] = None, progress: bool = False, executor: Any = None) -> Report:
+def analyze(conv, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
+            max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
+            method: Optional[str] = None) -> Report:
     """The :class:`Report` of converter ``conv`` on ``data`` (any calibration data form).
 
+    ``against``: ``"quant"`` or ``"npu"``; default from config ``precision_analysis_mode``
+    (``Reference`` -> quant, ``NPUBackend`` -> npu).  ``method``: ``"EndToEnd"`` or
+    ``"PerLayer"`` (adds the per-layer columns); default config ``precision_analysis_method``.
     ``executor``: measure blocks of batches elsewhere, e.g. on the workers of a
     ``ratelnn.distributed.RayExecutor`` (docs/distributed.md); the sums of the shards are
     added in batch order, so the report equals the one-process report up to float64
@@ -560,7 +643,15 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
 
     from .calibration.progress import Progress
     from .calibration.stats import load_statistics
+    from .config import ConfigError
     from .ir.evaluate import evaluate
+    mode = conv.config.get("precision_analysis_mode", "Reference")
+    method = method or conv.config.get("precision_analysis_method", "EndToEnd")
+    if mode not in MODES:
+        raise ConfigError(f"config key 'precision_analysis_mode' must be one of {tuple(MODES)}, got {mode!r}")
+    if method not in METHODS:
+        raise ConfigError(f"precision_analysis_method must be one of {METHODS}, got {method!r}")
+    against = against or MODES[mode]
     if against not in AGAINST:
         raise ValueError(f"against must be one of {AGAINST}, got {against!r}")
     stats = load_statistics(conv.config["output_dir"])
@@ -568,8 +659,11 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
     nodes, tensors = _layers(qgraph, conv.config)
     outputs = list(conv.graph.outputs)
     batches = conv.calibration_data(data, batch_size)
+    per_layer = _PerLayer(conv, qgraph, nodes, against, conv.config) if method == "PerLayer" else None
+    accumulators = _accumulators(conv, qgraph, tensors)
+    accumulators.update((PER_LAYER + n.outputs[0], _Accumulator()) for n in (nodes if per_layer else ()))
     measure = _Measure(conv.graph, _model(conv, against, qgraph, conv.config), tensors, outputs,
-                       _accumulators(conv, qgraph, tensors), batches.batch_size)
+                       accumulators, batches.batch_size, per_layer)
     total = batches.num_batches if max_batches is None else min(max_batches, batches.num_batches or max_batches)
     first: List[Any] = []
 
@@ -596,6 +690,12 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
             model_out[o].extend(part_model[o])
         samples += part_samples
     rows = _rows(conv, qgraph, nodes, acc)
+    for row in rows if per_layer else ():
+        if row.op == INPUT_OP:    # a graph input's own quantization is all there is
+            row.per_layer_cosine, row.per_layer_sqnr_db = row.cosine, row.sqnr_db
+        else:
+            row.per_layer_cosine = acc[PER_LAYER + row.tensor].cosine
+            row.per_layer_sqnr_db = acc[PER_LAYER + row.tensor].sqnr_db
     output_sim = _output_similarity(float_out, model_out)
     first_values = evaluate(conv.graph, first[0], measure.fetch)
     suggestions = _suggest(conv, stats, rows, first[0], first_values, output_sim[outputs[0]]["sqnr_db"])
@@ -610,7 +710,7 @@ def analyze(conv, data: Any, against: str = "quant", batch_size: Optional[int] =
 
     suggestions, check = _checked(conv, stats, against, suggestions, run_all,
                                   float_out[outputs[0]], model_out[outputs[0]])
-    return Report(against, samples, rows, output_sim, suggestions, check)
+    return Report(against, samples, rows, output_sim, suggestions, check, method)
 
 
 def _checked(conv, stats, against: str, suggestions: List[Suggestion], run_all,

@@ -16,11 +16,12 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from .errors import RatelError
+from .config_forms import ConfigError, resolve
 
 FRONTENDS = ("tensorflow", "mxnet")
 ALGORITHMS = ("naive", "kld", "naive_kld_mix", "percentile", "mse")
 DATA_TYPES = ("int8", "uint8", "int16", "fp32")
+MAX_COMPILED_BATCH = 4096   # largest batch an engine set is compiled for (docs/multi-batch.md)
 REQUIRED = ("input_nodes", "output_nodes", "input_shapes", "output_dir")
 
 DEFAULTS: Dict[str, Any] = {
@@ -40,6 +41,16 @@ DEFAULTS: Dict[str, Any] = {
     "auto_int16_max_fraction": 0.1,
     "remove_input_quant": False,
     "static_batch_sizes": [],
+    "max_dynamic_batch_size": 0,   # docs/multi-batch.md; 0 = off
+    "compiler_check": 0,           # 0 off, 1 engines + model outputs, 2 also per layer
+    # precision analysis (docs/quantization.md)
+    "precision_analysis": False,
+    "precision_analysis_method": "EndToEnd",
+    "precision_analysis_mode": "Reference",
+    "conv_bias_data_type": "int32",   # the NPU adds the bias in the int32 accumulator
+    # graph patches applied right after import (docs/quantization.md "Graph patches")
+    "op_processors": [],
+    "const_processors": [],
     "round_mode": "half_away_from_zero",
     "invocations_per_frame": 1,
     "model_name": None,
@@ -52,12 +63,20 @@ DEFAULTS: Dict[str, Any] = {
     "merge_statistics": False,   # accept other models' statistics in output_dir (docs/statistics.md)
     # refuse GraphDefs whose compressed (splat) constants expand beyond this (docs/reliability.md)
     "max_expanded_constant_bytes": 256 << 20,
+    # engines: elements of one activation tensor, bytes of all at the compiled batch (docs/reliability.md)
+    "max_tensor_elements": (1 << 31) - 1,
+    "max_total_bytes": 1 << 33,
     # image calibration data (docs/calibration-data.md)
     "image_size": None,
     "mean": None,
     "std": None,
     "channel_order": "RGB",
     "data_format": None,
+    # calibration data named in the config (docs/calibration-data.md): a path or {input: path},
+    # at most calibration_size samples (None: all), src_dtype: what array files hold
+    "calibration_data": None,
+    "calibration_size": None,
+    "src_dtype": None,
 }
 
 # quant_cfg defaults per tensor role: weights per output channel, everything 8 bit.
@@ -85,10 +104,6 @@ STRING_KEYS = ("output_dir", "model_name", "quantize_algorithm", "round_mode", "
 
 BIAS_CORRECTIONS = ("none", "empirical", "analytic")
 ROUND_MODES = ("half_away_from_zero", "half_to_even", "floor", "ceil", "trunc")
-
-
-class ConfigError(RatelError, ValueError):
-    """A configuration value is missing or invalid."""
 
 
 class QuantConfig(dict):
@@ -152,7 +167,8 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     if not isinstance(config, Mapping):
         raise ConfigError(f"config must be a dict or QuantConfig, got {type(config).__name__}")
     cfg = QuantConfig(frontend)
-    cfg.update(copy.deepcopy(dict(config)))
+    flat, unknown_sections = resolve(config, DEFAULTS)   # docs/architecture.md §14
+    cfg.update(flat)
     for key in REQUIRED:
         if cfg.get(key) in (None, "", []):
             raise ConfigError(f"config key {key!r} is required")
@@ -179,13 +195,14 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     if cfg["bias_correction"] not in BIAS_CORRECTIONS:
         raise ConfigError(f"bias_correction must be one of {BIAS_CORRECTIONS}, got {cfg['bias_correction']!r}")
     _check_scalars(cfg)
+    cfg["static_batch_sizes"] = _batch_sizes(cfg)
     if not isinstance(cfg["layer_configs"], (list, tuple)):
         raise ConfigError(f"layer_configs must be a list of mappings, got {cfg['layer_configs']!r}")
     for i, lc in enumerate(cfg["layer_configs"]):
         if not isinstance(lc, Mapping):
             raise ConfigError(f"layer_configs[{i}] must be a mapping like "
                               f"{{'name': ..., 'data_type': 'int16'}}, got {lc!r}")
-        if lc.get("data_type") not in DATA_TYPES:
+        if lc.get("data_type") not in DATA_TYPES:  # resolve() maps U8/S16/FP32...
             raise ConfigError(f"layer_configs entry {lc!r}: data_type must be one of {DATA_TYPES}")
     if not isinstance(cfg["quant_cfg"], Mapping):
         raise ConfigError(f"quant_cfg must map tensor roles to settings, got {cfg['quant_cfg']!r}")
@@ -200,7 +217,8 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
         bits = settings.get("num_bits", 8)
         if bits not in (8, 16) or isinstance(bits, bool):
             raise ConfigError(f"quant_cfg[{role!r}].num_bits must be 8 or 16, got {bits!r}")
-    unknown = sorted(set(cfg) - set(DEFAULTS)) + _unknown_quant_cfg(cfg["quant_cfg"])
+    _check_choices(cfg)
+    unknown = sorted(set(cfg) - set(DEFAULTS)) + _unknown_quant_cfg(cfg["quant_cfg"]) + unknown_sections
     new = [k for k in unknown if k not in _warned_unknown]
     if new:
         _warned_unknown.update(new)
@@ -241,6 +259,25 @@ def _input_shapes(shapes: Any, n_inputs: int) -> list:
     return out
 
 
+def _batch_sizes(cfg: Mapping[str, Any]) -> list:
+    """``static_batch_sizes`` as a sorted list of distinct positive ints; not together with
+    ``max_dynamic_batch_size`` (docs/multi-batch.md)."""
+    sizes = cfg.get("static_batch_sizes")
+    if sizes is None:
+        sizes = []
+    expect = f"a list of batch sizes in 1..{MAX_COMPILED_BATCH}, like [1, 4, 16]"
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (list, tuple)):
+        raise ConfigError(f"config key 'static_batch_sizes' must be {expect}, got {sizes!r}")
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 1 <= s <= MAX_COMPILED_BATCH:
+            raise ConfigError(f"config key 'static_batch_sizes' must be {expect}, got {list(sizes)!r} "
+                              f"(entry {s!r})")
+    if sizes and cfg.get("max_dynamic_batch_size"):
+        raise ConfigError("config keys 'static_batch_sizes' and 'max_dynamic_batch_size' exclude each other: "
+                          "set one of them")
+    return sorted({int(s) for s in sizes})
+
+
 def _output_dir(value: Any) -> str:
     """``output_dir`` as a string; a str or os.PathLike that is not an existing file."""
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
@@ -264,10 +301,23 @@ _SCALARS = {
     "auto_int16_max_fraction": (numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
     "invocations_per_frame": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
     "max_expanded_constant_bytes": (numbers.Integral, lambda v: v >= 0, "a byte count >= 0"),
+    "max_tensor_elements": (numbers.Integral, lambda v: 1 <= v <= (1 << 31) - 1, "an integer in [1, 2^31-1]"),
+    "max_total_bytes": (numbers.Integral, lambda v: 1 <= v <= 1 << 40, "a byte count in [1, 2^40]"),
     "equalization": (bool, None, "true or false"),
     "equalization_iterations": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
     "adaround_iterations": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
     "accuracy_samples": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
+    "precision_analysis": (bool, None, "true or false"),
+    "max_dynamic_batch_size": (numbers.Integral, lambda v: 0 <= v <= MAX_COMPILED_BATCH,
+                               f"an integer in 0..{MAX_COMPILED_BATCH} (0 = off)"),
+    "compiler_check": (numbers.Integral, lambda v: v in (0, 1, 2), "0, 1 or 2"),
+}
+
+# key -> accepted values of the keys with a few choices (docs/architecture.md §14)
+_CHOICES = {
+    "precision_analysis_method": ("PerLayer", "EndToEnd"),
+    "precision_analysis_mode": ("Reference", "NPUBackend"),
+    "conv_bias_data_type": ("int32",),
 }
 
 
@@ -280,6 +330,33 @@ def _check_scalars(cfg: Mapping[str, Any]) -> None:
     for key in ("model_name",):
         if cfg.get(key) is not None and not isinstance(cfg[key], str):
             raise ConfigError(f"config key {key!r} must be a string, got {cfg[key]!r}")
+
+
+def _check_choices(cfg: Dict[str, Any]) -> None:
+    """Keys with a few choices, the optional calibration keys and the patch lists."""
+    from .config_forms import SRC_DTYPES, bias_data_type
+    cfg["conv_bias_data_type"] = bias_data_type("conv_bias_data_type", cfg["conv_bias_data_type"])
+    for key, choices in _CHOICES.items():
+        if cfg[key] not in choices:
+            raise ConfigError(f"config key {key!r} must be one of {choices}, got {cfg[key]!r}")
+    size = cfg["calibration_size"]
+    if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1):
+        raise ConfigError(f"config key 'calibration_size' must be a positive integer (samples) or "
+                          f"null (all), got {size!r}")
+    data = cfg["calibration_data"]
+    paths = data.values() if isinstance(data, Mapping) else [data]
+    if data is not None and not all(isinstance(p, (str, os.PathLike)) for p in paths):
+        raise ConfigError(f"config key 'calibration_data' must be a path or a mapping of input name "
+                          f"-> path, got {data!r}")
+    src = cfg["src_dtype"]
+    for value in (src.values() if isinstance(src, Mapping) else [src]):
+        if value is not None and value not in set(SRC_DTYPES.values()):
+            raise ConfigError(f"config key 'src_dtype' must be 'uint8' or 'float32' (or a mapping of "
+                              f"input name -> one of them), got {src!r}")
+    for key in ("op_processors", "const_processors"):
+        value = cfg[key]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(e, Mapping) for e in value):
+            raise ConfigError(f"config key {key!r} must be a list of mappings, got {value!r}")
 
 
 def _unknown_quant_cfg(quant_cfg: Mapping[str, Any]) -> list:

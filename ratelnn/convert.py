@@ -63,10 +63,14 @@ class ConvertImpl:
 
     def quantized_ir(self, graph_quant: Any = None) -> Graph:
         """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
-        recovered from ``graph_quant``, a quantized model made by ``to_quant``."""
+        recovered from ``graph_quant``: a quantized model made by ``to_quant``, or a
+        pre-quantized (quantization-aware-trained) model whose own fake-quantization nodes
+        give the ranges (docs/quantization.md "Importing pre-quantized (QAT) graphs")."""
         if graph_quant is not None:
             from .quantization.recover import strip_qdq
-            qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
+            qgraph = self.handler.import_prequantized(graph_quant, self.config)
+            if qgraph is None:
+                qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
             qgraph.name = self.graph.name
             return qgraph
         from .calibration.manifest import check_owner
@@ -77,28 +81,27 @@ class ConvertImpl:
 
     def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the
-        converter's), with the accuracy passes the config asks for (docs/quantization.md,
-        "Accuracy passes"): AdaRound of the weights, then bias correction."""
+        converter's), with the accuracy passes the config asks for (docs/quantization.md §8):
+        AdaRound of the weights, then bias correction, each kept only if it does not lower
+        the output cosine on the held-out part of the calibration sample."""
+        from .quantization.accuracy import apply_passes
         from .quantization.quantizer import quantize
         config = self.config if config is None else config
         qgraph = quantize(self.graph, stats, config)
-        if config["adaround_iterations"] > 0:
-            from .quantization.adaround import adaround
-            adaround(self.graph, qgraph, config, self._sample("adaround_iterations"))
-        if config["bias_correction"] == "empirical":
-            from .quantization.bias_correction import correct_biases
-            correct_biases(self.graph, qgraph, config, self._sample("bias_correction"))
-        elif config["bias_correction"] == "analytic":
-            from .quantization.bias_correction import correct_biases_analytic
-            correct_biases_analytic(self.graph, qgraph, config)
+        if config["adaround_iterations"] > 0 or config["bias_correction"] != "none":
+            key = "adaround_iterations" if config["adaround_iterations"] > 0 else "bias_correction"
+            qgraph = apply_passes(self.graph, qgraph, config,
+                                  self._sample(key, required=key != "bias_correction"
+                                               or config["bias_correction"] == "empirical"))
         return qgraph
 
-    def _sample(self, key: str) -> Dict[str, np.ndarray]:
-        """The calibration sample kept by calibrate() (CalibrationError naming ``key`` if none)."""
+    def _sample(self, key: str, required: bool = True) -> Optional[Dict[str, np.ndarray]]:
+        """The calibration sample kept by calibrate(); None, or if ``required`` a
+        CalibrationError naming ``key``, when there is none."""
         from .calibration.sample import read_sample, sample_path
         from .errors import CalibrationError
         sample = read_sample(self.config["output_dir"], self.fingerprint)
-        if sample is None:
+        if sample is None and required:
             raise CalibrationError(
                 f"config key {key!r} needs the calibration sample that calibrate() keeps "
                 f"({sample_path(self.config['output_dir'], self.fingerprint)} does not exist): "
@@ -121,7 +124,33 @@ class ConvertImpl:
         from .compiler import compile_graph
         self.handler.ensure_ops()
         qgraph = self.quantized_ir(graph_quant)
-        return self.handler.export_graph(compile_graph(qgraph, self.config, self.device_info))
+        compiled = compile_graph(qgraph, self.config, self.device_info)
+        if self.config["compiler_check"]:
+            self.compiler_check_report = self._compiler_check(qgraph, compiled)
+        return self.handler.export_graph(compiled)
+
+    def _compiler_check(self, qgraph: Graph, compiled: Graph):
+        """``compiler_check`` (docs/multi-batch.md): the engines against the quantized model on
+        the first rows of the calibration sample :meth:`calibrate` keeps in ``output_dir``
+        (as many as the compiled batch), else on inputs drawn uniformly (seed 0) from each
+        input's calibrated range; the report is also written to
+        ``output_dir/compiler_check.json``.  A mismatch raises CompileError."""
+        import os
+
+        from .compiler.check import check_compiled, report_json
+        from .fileio import write_atomic
+        from .calibration.sample import read_sample
+        kept = read_sample(self.config["output_dir"], self.fingerprint) or {}
+        rows = qgraph.shape(qgraph.inputs[0])[0] if qgraph.inputs else None
+        feeds = {t: np.asarray(kept[t])[:rows] for t in qgraph.inputs if t in kept}
+        sample = f"{rows} rows of the calibration sample"
+        if (not rows or len(feeds) != len(qgraph.inputs)
+                or any(feeds[t].shape != tuple(qgraph.shape(t)) for t in qgraph.inputs)):
+            feeds, sample = _random_feeds(qgraph), "uniform in the calibrated input ranges (seed 0)"
+        report = check_compiled(qgraph, compiled, self.config, feeds, self.config["compiler_check"], sample)
+        os.makedirs(self.config["output_dir"], exist_ok=True)
+        write_atomic(os.path.join(self.config["output_dir"], "compiler_check.json"), report_json(report).encode())
+        return report
 
     def calibration_data(self, data: Any, batch_size: Optional[int] = None):
         """``data`` (array, dict, iterable, or .npy/.bin/.tar path) as batches of feed dicts
@@ -180,15 +209,19 @@ class ConvertImpl:
         feeds = {k: np.asarray(v)[:batch.size] for k, v in batch.feeds.items()}
         return keep_sample(self.config["output_dir"], self.fingerprint, feeds, limit)
 
-    def analyze(self, data: Any, against: str = "quant", batch_size: Optional[int] = None,
-                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None):
+    def analyze(self, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
+                max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
+                method: Optional[str] = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
         (``"npu"``) model against the float model on ``data``: a
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
         ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
-        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``."""
+        ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``.
+        Defaults from config ``precision_analysis_mode`` (Reference: quant, NPUBackend: npu)
+        and ``precision_analysis_method`` (EndToEnd, or PerLayer: each layer also fed the
+        float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
-        return analyze(self, data, against, batch_size, max_batches, progress, executor)
+        return analyze(self, data, against, batch_size, max_batches, progress, executor, method)
 
     def tune(self, data: Any, metric: Any = None, target: float = 0.99, max_latency_ratio: float = 1.3,
              max_evals: int = 40, time_budget_s: Optional[float] = None, calibration_data: Any = None,
@@ -208,3 +241,23 @@ class ConvertImpl:
         from .tune import tune
         return tune(self, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
                     calibration_data, batch_size, progress, passes)
+
+
+def _random_feeds(qgraph: Graph) -> Dict[str, np.ndarray]:
+    """Inputs at the compiled shapes: uniform over a quantized input's calibrated range
+    (its codes' range times its scale), uniform in [-1, 1] for other float inputs, zeros for
+    integer inputs; seed 0."""
+    from .ir import arith
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for t in qgraph.inputs:
+        info, qp = qgraph.tensors[t], qgraph.qparams.get(t)
+        shape = tuple(1 if d is None else int(d) for d in info.shape)
+        if qp is not None and not qp.per_channel:
+            lo, hi = arith.QRANGE[qp.dtype]
+            feeds[t] = rng.uniform(lo * float(qp.scale), hi * float(qp.scale), shape).astype(np.float32)
+        elif info.dtype == "float32":
+            feeds[t] = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+        else:
+            feeds[t] = np.zeros(shape, info.dtype)
+    return feeds

@@ -355,10 +355,14 @@ class RayExecutor:
         store when it is submitted, with at most two blocks per worker in flight, so an
         iterable is streamed, never held whole.  ``fn`` (picklable) is shipped once.  A block
         whose worker dies is run again by Ray (``max_attempts`` runs at most); an exception
-        raised by ``fn`` is raised here with its own type.  Used by ``analyze(executor=)``,
+        raised by ``fn`` is raised here with its own type.  The calibration actors are stopped
+        first (they reserve their CPUs; the next ``calibrate`` starts them again).  Used by ``analyze(executor=)``,
         joint builds and the zoo's evaluation (docs/distributed.md)."""
         from .calibration.progress import Progress
         ray = self.ray
+        # calibration actors hold their CPUs while they live: on a cluster they fill, tasks
+        # would never be scheduled; they are started again by the next calibrate()
+        self._kill_actors()
         size = int(block_size or self.shard_batches
                    or (max(1, -(-total // (4 * self.num_workers))) if total else 8))
         task = ray.remote(apply_to_block).options(num_cpus=self.threads,

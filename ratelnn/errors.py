@@ -14,5 +14,10 @@ class CalibrationError(RatelError, RuntimeError):
     """Calibration statistics are missing, corrupt or unusable (NaN/Inf)."""
 
 
+class QuantizationError(ModelError):
+    """A pre-quantized model's ranges (FakeQuant / QuantizeAndDequantize nodes) cannot be
+    represented by the NPU's symmetric arithmetic; the message names the node."""
+
+
 class DistributedError(RatelError, RuntimeError):
     """Work sent to a distributed executor was lost and could not be run again."""

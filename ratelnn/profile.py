@@ -8,7 +8,7 @@ from the model, no framework session runs.  What engine runs recorded is
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .ir import Graph
 from .npu.costmodel import CostModelError, Profile, profile_layers
@@ -37,6 +37,60 @@ def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
         raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
                         f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
     return [(name, Engine.from_bytes(data, label=name)) for name, data in found]
+
+
+def model_engine_sets(graph_npu: Any) -> List[Tuple[str, List[Engine]]]:
+    """``(engine_name, [Engine, ...])``: every engine node's engine set (docs/multi-batch.md;
+    one engine when the model was compiled for one batch size), validated and checked."""
+    from .npu.batching import check_engine_set
+    if isinstance(graph_npu, Graph):
+        found = [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
+                 for n in graph_npu.nodes if n.op == "Engine"]
+    elif _is_tf_graph_def(graph_npu):
+        from .frontend.tensorflow.model_io import engine_sets
+        found = engine_sets(graph_npu)
+    elif isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
+        import json
+        from .frontend.mxnet.model_io import engine_sets
+        found = engine_sets(json.loads(graph_npu[0].tojson())["nodes"])
+    else:
+        raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
+                        f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
+    sets = []
+    for name, blobs in found:
+        engines = [Engine.from_bytes(b, label=name) for b in blobs]
+        check_engine_set(engines, name)
+        sets.append((name, engines))
+    return sets
+
+
+def compiled_batch_sizes(graph_npu: Any) -> List[int]:
+    """The batch sizes the model's engine sets were compiled for (docs/multi-batch.md); one
+    size (the ``input_shapes`` batch) for a model compiled without multi-batch."""
+    sizes = {tuple(e.batch_size for e in engines) for _, engines in model_engine_sets(graph_npu)}
+    if not sizes:
+        raise ValueError("the model has no NPU engine (compile it with to_npu first)")
+    if len(sizes) > 1:
+        raise ValueError(f"the model's engines were compiled for different batch sizes: {sorted(sizes)}")
+    return list(sizes.pop())
+
+
+def profile_batch_sizes(graph_npu: Any, device_info: Optional[Mapping[Any, Any]] = None) -> Dict[int, Profile]:
+    """:func:`profile` at each compiled batch size: ``{batch size: Profile}`` (latency of one
+    batch of that size, throughput with all cores)."""
+    return {b: profile(graph_npu, b, device_info) for b in compiled_batch_sizes(graph_npu)}
+
+
+def run_latency(graph_npu: Any, batch: int, device_info: Optional[Mapping[Any, Any]] = None) -> float:
+    """Predicted device seconds of one run of ``batch`` samples: the chunks of the batch split
+    (:func:`ratelnn.npu.batching.plan_batches`) one after the other, each at its compiled
+    size (padding included) with the latency split of :func:`profile`.  A model compiled for
+    one batch size runs the batch as it is."""
+    from .npu.batching import plan_batches
+    sizes = compiled_batch_sizes(graph_npu)
+    chunks = [batch] if len(sizes) == 1 else [size for size, _, _ in plan_batches(sizes, batch)]
+    per_size = {b: profile(graph_npu, b, device_info).latency_s for b in set(chunks)}
+    return sum(per_size[b] for b in chunks)
 
 
 def _is_tf_graph_def(obj: Any) -> bool:

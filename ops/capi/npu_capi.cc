@@ -108,6 +108,31 @@ int ratel_npu_engine_check_inputs(void* engine, int n_inputs, const char* const*
   }
 }
 
+// The size limits of npu_io.h at run batch `batch`: the run-time limits (environment or
+// defaults) when max_tensor_elements and max_total_bytes are both <= 0, else those two
+// (ratelnn/npu/engine.py checks compile-time limits of the config with them).
+int ratel_npu_engine_check_size(void* engine, int64_t batch, int64_t max_tensor_elements, int64_t max_total_bytes,
+                                char* err, size_t err_len) {
+  try {
+    if (!engine) return report("null engine handle", err, err_len);
+    ratelnn::npu::SizeLimits limits;
+    if (max_tensor_elements <= 0 && max_total_bytes <= 0) {
+      limits = ratelnn::npu::run_size_limits();
+    } else {
+      limits.max_tensor_elements = max_tensor_elements;
+      limits.max_total_bytes = max_total_bytes;
+      limits.elements_source = "the config key";
+      limits.bytes_source = "the config key";
+    }
+    ratelnn::npu::check_size_limits(*static_cast<Engine*>(engine), batch, limits, "");
+    return 0;
+  } catch (const std::exception& ex) {
+    return report(ex.what(), err, err_len);
+  } catch (...) {
+    return report("unknown error while checking engine sizes", err, err_len);
+  }
+}
+
 // The engine.proto schema the C++ reader is written against (core/npu_format.h), one
 // entry a line, for tests/test_wire_constants.py:
 //   format <major> <minor>

@@ -2,6 +2,8 @@
 // TensorFlow and MXNet engine ops (see device_time.h).
 #include "core/device_time.h"
 
+#include "core/npu_batch.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -178,25 +180,40 @@ std::string placement_error(const std::string& engine_name, int64_t device_id,
 
 DeviceTimeRecorder::DeviceTimeRecorder(const Engine& engine, std::string engine_name,
                                        int64_t device_id, int64_t num_cores)
+    : DeviceTimeRecorder(std::vector<const Engine*>{&engine}, std::move(engine_name), device_id,
+                         num_cores) {}
+
+DeviceTimeRecorder::DeviceTimeRecorder(const std::vector<const Engine*>& set, std::string engine_name,
+                                       int64_t device_id, int64_t num_cores)
     : engine_name_(std::move(engine_name)),
       device_id_(device_id),
       num_cores_(std::max<int64_t>(num_cores, 1)),
-      split_mode_(engine.split_mode) {
-  double cycles = 0;  // double: hostile cycle counts must not overflow
-  for (const Instruction& ins : engine.instructions) cycles += double(ins.cycles);
-  cycles_per_sample_ = engine.batch_size > 0 ? cycles / double(engine.batch_size) : 0.0;
+      split_mode_(set.empty() ? 0 : set[0]->split_mode) {
+  for (const Engine* engine : set) {
+    double cycles = 0;  // double: hostile cycle counts must not overflow
+    for (const Instruction& ins : engine->instructions) cycles += double(ins.cycles);
+    batch_sizes_.push_back(engine->batch_size);
+    cycles_per_sample_.push_back(engine->batch_size > 0 ? cycles / double(engine->batch_size) : 0.0);
+  }
+}
+
+double DeviceTimeRecorder::busiest_samples(int64_t batch) const {
+  if (split_mode_ == kSplitBatch) return double((batch + num_cores_ - 1) / num_cores_);
+  if (split_mode_ != kSplitNone) return double(batch) / double(num_cores_);
+  return double(batch);
 }
 
 void DeviceTimeRecorder::record(int64_t batch) const {
-  if (batch <= 0) return;
-  double busiest_samples = double(batch);
-  if (split_mode_ == kSplitBatch) {
-    busiest_samples = double((batch + num_cores_ - 1) / num_cores_);
-  } else if (split_mode_ != kSplitNone) {
-    busiest_samples = double(batch) / double(num_cores_);
+  if (batch <= 0 || batch_sizes_.empty()) return;
+  double cycles = 0;
+  if (batch_sizes_.size() == 1) {
+    cycles = cycles_per_sample_[0] * busiest_samples(batch);
+  } else {
+    for (const BatchChunk& c : plan_batches(batch_sizes_, batch)) {
+      cycles += cycles_per_sample_[c.engine] * busiest_samples(batch_sizes_[c.engine]);
+    }
   }
-  EngineTimeRegistry::Global().Record(engine_name_, device_id_, batch,
-                                      cycles_per_sample_ * busiest_samples);
+  EngineTimeRegistry::Global().Record(engine_name_, device_id_, batch, cycles);
 }
 
 }  // namespace npu

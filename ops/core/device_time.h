@@ -31,21 +31,29 @@ RATELNN_HIDDEN std::string placement_error(const std::string& engine_name, int64
 // Records the predicted device time of one engine op's runs under its name.  Cycles are
 // per sample at the compiled batch, scaled to the run batch; a SPLIT_BATCH engine's busiest
 // core runs ceil(batch / cores) samples, other splits divide the work evenly over the cores.
+// An engine set (npu_batch.h) records each chunk of plan_batches at its engine's compiled
+// batch, padding included: the run's samples are the real ones, its cycles those of the
+// padded chunks.
 class RATELNN_HIDDEN DeviceTimeRecorder {
  public:
   DeviceTimeRecorder() = default;
   DeviceTimeRecorder(const Engine& engine, std::string engine_name, int64_t device_id,
                      int64_t num_cores);
+  DeviceTimeRecorder(const std::vector<const Engine*>& set, std::string engine_name,
+                     int64_t device_id, int64_t num_cores);
 
   // Adds one run of `batch` samples; an empty batch runs nothing and records nothing.
   void record(int64_t batch) const;
 
  private:
+  double busiest_samples(int64_t batch) const;
+
   std::string engine_name_;
   int64_t device_id_ = 0;
   int64_t num_cores_ = 1;
   int64_t split_mode_ = 0;
-  double cycles_per_sample_ = 0;
+  std::vector<int64_t> batch_sizes_;       // of the engine set, ascending
+  std::vector<double> cycles_per_sample_;  // per engine of the set, at its compiled batch
 };
 
 }  // namespace npu

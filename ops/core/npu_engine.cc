@@ -1,5 +1,6 @@
 // Decoding and validation of engine bytes; see npu_engine.h and docs/npu-arithmetic.md.
 #include "core/npu_engine.h"
+#include "core/npu_checksum.h"
 #include "core/npu_kernels.h"
 
 #include <algorithm>
@@ -250,6 +251,7 @@ void decode_fields(WireReader r, Engine* e) {
       case field::Engine::core_ids: read_repeated(r, wt, &e->core_ids, true, "core_ids"); break;
       case field::Engine::split_mode: expect(wt, kVarint, "split_mode"); e->split_mode = int64_t(r.varint()); break;
       case field::Engine::sram_bytes: expect(wt, kVarint, "sram_bytes"); e->sram_bytes = int64_t(r.varint()); break;
+      case field::Engine::checksum: fail("malformed engine: a checksum field before the last 5 bytes");
       default: r.skip(wt);
     }
   }
@@ -688,9 +690,14 @@ class Validator {
 Engine decode_engine(const uint8_t* data, size_t size, const std::string& label) {
   Engine e;
   std::string who = label;
+  size_t body = 0;
+  try {  // the checksum first: nothing of corrupted bytes is decoded (npu_checksum.h)
+    body = verify_engine_checksum(data, size);
+  } catch (const EngineError& err) {
+    throw EngineError((who.empty() ? std::string("engine bytes") : "engine '" + who + "'") + ": " + err.what());
+  }
   try {
-    if (data == nullptr && size != 0) fail("null engine bytes");
-    decode_fields(WireReader(data, size), &e);
+    decode_fields(WireReader(data, body), &e);
     if (who.empty()) who = e.name;
     Validator(e).run();
   } catch (const EngineError& err) {

@@ -623,14 +623,7 @@ void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& 
     throw EngineError(who + std::to_string(inputs.size()) + " inputs but " + std::to_string(input_sizes.size()) + " sizes");
   if (outputs.size() != e.outputs.size() || output_sizes.size() != e.outputs.size())
     throw EngineError(who + "has " + std::to_string(e.outputs.size()) + " outputs, got " + std::to_string(outputs.size()) + " buffers");
-  int64_t total = 0;
-  for (size_t id = 0; id < e.tensors.size(); ++id) {
-    const TensorDesc& t = e.tensors[id];
-    if (t.sample_elements() > kMaxElements / batch)
-      throw EngineError(who + "tensor '" + t.name + "' exceeds 2^31-1 elements at batch " + std::to_string(batch));
-    total += tensor_bytes(e, int(id), batch);
-    if (total > kMaxActivationBytes) throw EngineError(who + "activations exceed 8 GiB at batch " + std::to_string(batch));
-  }
+  check_size_limits(e, batch, run_size_limits(), "");
   for (size_t k = 0; k < e.inputs.size(); ++k) check_input_bytes(e, k, inputs[k], input_sizes[k], batch, "");
   for (size_t k = 0; k < e.outputs.size(); ++k) {
     int64_t want = tensor_bytes(e, e.outputs[k], batch);

@@ -14,7 +14,7 @@ namespace ratelnn {
 namespace npu {
 
 constexpr uint32_t kFormatMajor = 1;
-constexpr uint32_t kFormatMinor = 0;
+constexpr uint32_t kFormatMinor = 1;
 
 // X(message, field, number, kind, repeated): kind is the proto scalar type, or `message`
 // / `enum` (the schema export writes the kind as spelled here).
@@ -66,7 +66,8 @@ constexpr uint32_t kFormatMinor = 0;
   X(Engine, device_id, 9, int32, false)                    \
   X(Engine, core_ids, 10, int32, true)                     \
   X(Engine, split_mode, 11, enum, false)                   \
-  X(Engine, sram_bytes, 12, int64, false)
+  X(Engine, sram_bytes, 12, int64, false)                  \
+  X(Engine, checksum, 13, fixed32, false)
 
 // Field numbers: field::Tensor::dtype == 4, field::Engine::instructions == 8, ...
 namespace field {

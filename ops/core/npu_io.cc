@@ -3,6 +3,9 @@
 
 #include "core/npu_exec.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 namespace ratelnn {
 namespace npu {
 
@@ -26,7 +29,57 @@ std::string shape_text(const std::vector<int64_t>& dims) {
   for (size_t d = 0; d < dims.size(); ++d) s += (d ? "," : "") + std::to_string(dims[d]);
   return s + "]";
 }
+int64_t env_limit(const char* name, int64_t fallback, int64_t hi, std::string* source) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    *source = std::string("the default; the environment variable ") + name + " sets it";
+    return fallback;
+  }
+  *source = std::string("from the environment variable ") + name;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v < 1 || v > hi)
+    throw EngineError(std::string(name) + "='" + text + "' is not an integer in [1, " + std::to_string(hi) + "]");
+  return int64_t(v);
+}
 }  // namespace
+
+SizeLimits run_size_limits() {
+  SizeLimits l;
+  l.max_tensor_elements = env_limit("RATELNN_MAX_TENSOR_ELEMENTS", kMaxElements, kMaxElements, &l.elements_source);
+  l.max_total_bytes = env_limit("RATELNN_MAX_TOTAL_BYTES", kMaxActivationBytes, kMaxTotalBytesLimit, &l.bytes_source);
+  return l;
+}
+
+void check_size_limits(const Engine& e, int64_t batch, const SizeLimits& limits, const std::string& who) {
+  using u128 = unsigned __int128;
+  u128 total = 0, largest = 0;
+  size_t largest_id = 0;
+  auto at_batch = [&](const TensorDesc& t) {
+    std::vector<int64_t> s = t.shape;
+    s[0] = batch;
+    return shape_text(s);
+  };
+  for (size_t id = 0; id < e.tensors.size(); ++id) {
+    const TensorDesc& t = e.tensors[id];
+    u128 elements = u128(t.sample_elements()) * u128(batch < 0 ? 0 : batch);
+    if (elements > u128(limits.max_tensor_elements))
+      throw EngineError(engine_prefix(e, who) + "tensor '" + t.name + "' " + at_batch(t) + " has more than " +
+                        std::to_string(limits.max_tensor_elements) + " elements at batch " + std::to_string(batch) +
+                        " (max_tensor_elements, " + limits.elements_source + ")");
+    u128 bytes = elements * u128(itemsize(t.dtype));
+    total += bytes;
+    if (bytes > largest) largest = bytes, largest_id = id;
+  }
+  if (total > u128(limits.max_total_bytes)) {
+    const TensorDesc& t = e.tensors[largest_id];
+    throw EngineError(engine_prefix(e, who) + "activation tensors take more than " +
+                      std::to_string(limits.max_total_bytes) + " bytes at batch " + std::to_string(batch) +
+                      " (max_total_bytes, " + limits.bytes_source + "); the largest is tensor '" + t.name + "' " +
+                      at_batch(t) + " of " + std::to_string(int64_t(largest)) + " bytes");
+  }
+}
 
 void check_input_count(const Engine& e, size_t count, const std::string& who) {
   if (count != e.inputs.size())

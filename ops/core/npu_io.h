@@ -60,6 +60,25 @@ struct InputSpec {
   std::vector<int64_t> dims;   // when has_shape
 };
 
+// Size limits at a run batch (docs/reliability.md, "Engines"): elements of any one activation
+// tensor and bytes of all activation tensors together.  The sources say where each came
+// from, for messages.
+struct SizeLimits {
+  int64_t max_tensor_elements = kMaxElements;
+  int64_t max_total_bytes = kMaxActivationBytes;
+  std::string elements_source = "the default", bytes_source = "the default";
+};
+constexpr int64_t kMaxTotalBytesLimit = int64_t(1) << 40;  // the largest max_total_bytes accepted
+
+// The run-time limits: the defaults, or RATELNN_MAX_TENSOR_ELEMENTS (<= 2^31-1) and
+// RATELNN_MAX_TOTAL_BYTES (<= 2^40) from the environment.  Throws EngineError for a value
+// that is not an integer in range.
+SizeLimits run_size_limits();
+
+// Every activation tensor of `e` at `batch` within `limits`; an EngineError names the tensor
+// (the largest one when the total is too big).  Callers check before allocating anything.
+void check_size_limits(const Engine& e, int64_t batch, const SizeLimits& limits, const std::string& who);
+
 // All of the above but the bytes: count, then per input dtype and shape.  Returns the batch
 // (-1 if no input has a shape).
 int64_t check_engine_inputs(const Engine& e, const std::vector<InputSpec>& inputs, int64_t min_batch,

@@ -27,6 +27,7 @@
 
 #include "core/device_time.h"
 #include "core/minmax.h"
+#include "core/npu_batch.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
 #include "core/npu_io.h"
@@ -455,10 +456,10 @@ using ratelnn::npu::DType;
 using ratelnn::npu::Engine;
 
 // Strict base64 (RFC 4648, '=' padding, no whitespace).
-std::vector<uint8_t> DecodeBase64(const std::string& text) {
+std::vector<uint8_t> DecodeBase64(const std::string& text, const std::string& key) {
   static const std::string kAlphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  if (text.size() % 4 != 0) throw AttrError("attribute 'engine' is not base64 (length % 4 != 0)");
+  if (text.size() % 4 != 0) throw AttrError("attribute '" + key + "' is not base64 (length % 4 != 0)");
   std::vector<uint8_t> out;
   out.reserve(text.size() / 4 * 3);
   for (size_t i = 0; i < text.size(); i += 4) {
@@ -472,7 +473,7 @@ std::vector<uint8_t> DecodeBase64(const std::string& text) {
       } else {
         const size_t pos = kAlphabet.find(c);
         if (pos == std::string::npos || pad > 0) {
-          throw AttrError("attribute 'engine' is not base64 (bad character at " +
+          throw AttrError("attribute '" + key + "' is not base64 (bad character at " +
                           std::to_string(i + k) + ")");
         }
         v = static_cast<uint32_t>(pos);
@@ -491,15 +492,20 @@ std::vector<uint8_t> DecodeBase64(const std::string& text) {
 class EngineCache {
  public:
   std::shared_ptr<const Engine> Get(const Attrs& attrs) {
-    const std::string& text = RequireAttr(attrs, "engine");
     const std::string* label = FindAttr(attrs, "engine_name");
+    return Get(RequireAttr(attrs, "engine"), label, "engine");
+  }
+
+  // The engine of base64 `text` (an item of attribute 'engine' or 'batch_engines').
+  std::shared_ptr<const Engine> Get(const std::string& text, const std::string* label,
+                                    const std::string& attr) {
     const std::string key = (label ? *label : std::string()) + '\n' + text;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = engines_.find(key);
       if (it != engines_.end()) return it->second;
     }
-    const std::vector<uint8_t> bytes = DecodeBase64(text);
+    const std::vector<uint8_t> bytes = DecodeBase64(text, attr);
     auto engine = std::make_shared<const Engine>(
         ratelnn::npu::decode_engine(bytes.data(), bytes.size(), label ? *label : ""));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -554,9 +560,26 @@ MXDType CarrierOf(DType t) {
 
 std::string EngineLabel(const Engine& e) { return "engine '" + e.name + "'"; }
 
+// The engine set of a node (docs/multi-batch.md): 'engine', then the engines of attribute
+// 'batch_engines' (a list of base64 strings), checked to agree (core/npu_batch.h).
+std::vector<std::shared_ptr<const Engine>> NodeEngineSet(const Attrs& attrs) {
+  std::vector<std::shared_ptr<const Engine>> set = {NodeEngine(attrs)};
+  if (const std::string* more = FindAttr(attrs, "batch_engines")) {
+    const std::string* label = FindAttr(attrs, "engine_name");
+    for (const std::string& text : ListItems(*more, "batch_engines")) {
+      set.push_back(Engines().Get(text, label, "batch_engines"));
+    }
+  }
+  std::vector<const Engine*> ptrs;
+  for (const auto& e : set) ptrs.push_back(e.get());
+  const std::string* label = FindAttr(attrs, "engine_name");
+  ratelnn::npu::check_engine_set(ptrs, label ? *label : "");
+  return set;
+}
+
 MXReturnValue EngineParse(const Attrs& attrs, int* num_in, int* num_out) {
   return Guarded("ratel_engine_op", [&] {
-    std::shared_ptr<const Engine> e = NodeEngine(attrs);
+    std::shared_ptr<const Engine> e = NodeEngineSet(attrs)[0];
     *num_in = static_cast<int>(e->inputs.size());
     *num_out = static_cast<int>(e->outputs.size());
     return MX_SUCCESS;
@@ -610,6 +633,8 @@ MXReturnValue EngineShape(const Attrs& attrs, Shapes* in, Shapes* out) {
                                               0, "");
     }
     if (batch < 0) batch = e->batch_size;
+    // sizes before MXNet allocates the outputs (docs/reliability.md, "Engines")
+    ratelnn::npu::check_size_limits(*e, batch, ratelnn::npu::run_size_limits(), "");
     for (size_t k = 0; k < e->outputs.size(); ++k) {
       const auto& t = e->tensors[e->outputs[k]];
       std::vector<unsigned int> dims = {static_cast<unsigned int>(batch)};
@@ -645,10 +670,11 @@ EnginePlacement NodePlacement(const Attrs& attrs, const Engine& e) {
 
 class EngineState : public CustomStatefulOp {
  public:
-  EngineState(std::shared_ptr<const Engine> engine, const EnginePlacement& placement)
-      : engine_(std::move(engine)),
-        device_time_(*engine_, placement.name, placement.device_id,
-                     int64_t(placement.core_ids.size())) {}
+  EngineState(std::vector<std::shared_ptr<const Engine>> set, const EnginePlacement& placement)
+      : owned_(std::move(set)),
+        engine_(owned_[0]),
+        set_(Pointers(owned_)),
+        device_time_(set_, placement.name, placement.device_id, int64_t(placement.core_ids.size())) {}
 
   MXReturnValue Forward(std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                         const OpResource&) override {
@@ -666,6 +692,7 @@ class EngineState : public CustomStatefulOp {
         batch = ratelnn::npu::check_input_shape(e, k, x.shape, batch, 0, "");
       }
       if (batch < 0) batch = e.batch_size;
+      ratelnn::npu::check_size_limits(e, batch, ratelnn::npu::run_size_limits(), "");  // before any copy
       std::vector<std::vector<int16_t>> narrowed(inputs->size()), widened(outputs->size());
       std::vector<const void*> in_ptrs;
       std::vector<int64_t> in_sizes;
@@ -695,7 +722,7 @@ class EngineState : public CustomStatefulOp {
           out_sizes.push_back(y.size() * ratelnn::npu::itemsize(t.dtype));
         }
       }
-      ratelnn::npu::run_engine(e, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, HardwareThreads());
+      ratelnn::npu::run_engine_set(set_, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, HardwareThreads());
       for (size_t k = 0; k < outputs->size(); ++k) {
         if (widened[k].empty()) continue;
         int32_t* y = outputs->at(k).data<int32_t>();
@@ -707,6 +734,12 @@ class EngineState : public CustomStatefulOp {
   }
 
  private:
+  static std::vector<const Engine*> Pointers(const std::vector<std::shared_ptr<const Engine>>& set) {
+    std::vector<const Engine*> out;
+    for (const auto& e : set) out.push_back(e.get());
+    return out;
+  }
+
   std::vector<int16_t> NarrowToInt16(MXTensor& x, const std::string& name) const {
     const int32_t* values = x.data<int32_t>();
     std::vector<int16_t> out(x.size());
@@ -720,20 +753,22 @@ class EngineState : public CustomStatefulOp {
     return out;
   }
 
-  std::shared_ptr<const Engine> engine_;
+  std::vector<std::shared_ptr<const Engine>> owned_;  // the engine set, ascending batch sizes
+  std::shared_ptr<const Engine> engine_;                // owned_[0]
+  std::vector<const Engine*> set_;
   ratelnn::npu::DeviceTimeRecorder device_time_;
 };
 
 MXReturnValue EngineCreate(const Attrs& attrs, const MXContext&, const Shapes&,
                            const std::vector<int>, CustomStatefulOp** state) {
   return Guarded("ratel_engine_op", [&] {
-    std::shared_ptr<const Engine> engine = NodeEngine(attrs);
-    const EnginePlacement placement = NodePlacement(attrs, *engine);
+    std::vector<std::shared_ptr<const Engine>> set = NodeEngineSet(attrs);
+    const EnginePlacement placement = NodePlacement(attrs, *set[0]);
     // the engine runs only where the local runtime has its device and cores (RATELNN_DEVICES)
     const std::string missing =
         ratelnn::npu::placement_error(placement.name, placement.device_id, placement.core_ids);
     if (!missing.empty()) throw std::runtime_error(missing);
-    *state = CustomStatefulOp::create<EngineState>(engine, placement);
+    *state = CustomStatefulOp::create<EngineState>(std::move(set), placement);
     return MX_SUCCESS;
   });
 }

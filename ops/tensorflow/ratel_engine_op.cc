@@ -3,11 +3,14 @@
 // and keeps a process-wide account of the device time the runs would take (docs/architecture.md §7;
 // the account and the placement check are shared with the MXNet op: ops/core/device_time.h).
 //
-// The engine bytes are decoded and validated once, when the kernel is constructed;
-// corrupted or hostile bytes give an InvalidArgument status naming the engine, never a
-// crash.  Inputs are checked with the engine input checks every caller shares
+// The engine bytes are decoded and validated once, when the kernel is constructed, after
+// their checksum (ops/core/npu_checksum.h); corrupted or hostile bytes give an
+// InvalidArgument status naming the engine, never a crash.  Sizes at the run batch are
+// checked against the run-time limits before outputs are allocated.  Inputs are checked with the engine input checks every caller shares
 // (ops/core/npu_io.h): count and dtypes when the kernel is built, shapes on every run.  The batch dimension is free:
-// an engine compiled for batch b runs any batch N >= 0 (N = 0 gives empty outputs).
+// an engine compiled for batch b runs any batch N >= 0 (N = 0 gives empty outputs).  A node
+// with `batch_engines` holds an engine set (docs/multi-batch.md): the batch is split over the
+// compiled sizes and the remainder padded (ops/core/npu_batch.h).
 #include <algorithm>
 #include <cstdint>
 #include <exception>
@@ -17,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/device_time.h"
+#include "core/npu_batch.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
 #include "core/npu_io.h"
@@ -54,6 +58,7 @@ REGISTER_OP("RatelEngineOp")
     .Attr("device_id: int = 0")
     .Attr("core_ids: list(int) = [0]")
     .Attr("output_shapes: list(shape) = []")
+    .Attr("batch_engines: list(string) = []")
     .SetIsStateful()  // accounts device time per run: never constant-folded or merged
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       std::vector<PartialTensorShape> shapes;
@@ -83,6 +88,8 @@ REGISTER_OP("RatelEngineOp")
 Runs a compiled NPU engine (serialized ratelnn engine bytes in `engine`) on integer
 inputs with any batch size; outputs are the engine's integer outputs.  `output_shapes`
 (optional, batch dimension -1) lets shape inference see the output shapes.
+`batch_engines` (optional): the same region compiled for other batch sizes; with it a
+run splits its batch over the compiled sizes (docs/multi-batch.md).
 )doc");
 
 class RatelEngineOp : public OpKernel {
@@ -90,11 +97,13 @@ class RatelEngineOp : public OpKernel {
   explicit RatelEngineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     std::string bytes;
     std::vector<PartialTensorShape> output_shapes;
+    std::vector<std::string> batch_engines;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("engine_name", &engine_name_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("engine", &bytes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("device_id", &device_id_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("core_ids", &core_ids_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_shapes", &output_shapes));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("batch_engines", &batch_engines));
     if (engine_name_.empty()) engine_name_ = name();
     OP_REQUIRES(ctx, device_id_ >= 0,
                 InvalidArgument("engine '", engine_name_, "': negative device_id ", device_id_));
@@ -109,6 +118,14 @@ class RatelEngineOp : public OpKernel {
     try {
       engine_ = npu::decode_engine(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
                                    engine_name_);
+      batch_engines_.reserve(batch_engines.size());  // set_ points into it: no reallocation
+      for (const std::string& more : batch_engines) {
+        batch_engines_.push_back(npu::decode_engine(reinterpret_cast<const uint8_t*>(more.data()),
+                                                    more.size(), engine_name_));
+      }
+      set_.push_back(&engine_);
+      for (const npu::Engine& e : batch_engines_) set_.push_back(&e);
+      npu::check_engine_set(set_, engine_name_);
     } catch (const std::exception& e) {
       ctx->CtxFailure(InvalidArgument(e.what()));
       return;
@@ -119,8 +136,7 @@ class RatelEngineOp : public OpKernel {
     // the engine runs only where the local runtime has its device and cores (RATELNN_DEVICES)
     const std::string missing = npu::placement_error(engine_name_, device_id_, core_ids_);
     OP_REQUIRES(ctx, missing.empty(), absl::FailedPreconditionError(missing));
-    device_time_ = npu::DeviceTimeRecorder(engine_, engine_name_, device_id_,
-                                           int64_t(core_ids_.size()));
+    device_time_ = npu::DeviceTimeRecorder(set_, engine_name_, device_id_, int64_t(core_ids_.size()));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -140,13 +156,16 @@ class RatelEngineOp : public OpKernel {
       in_ptrs.push_back(x.tensor_data().data());
       in_sizes.push_back(int64_t(x.tensor_data().size()));
     }
+    try {  // sizes before any output is allocated (docs/reliability.md, "Engines")
+      npu::check_size_limits(engine_, batch, npu::run_size_limits(), engine_name_);
+    } catch (const std::exception& e) {
+      ctx->CtxFailure(InvalidArgument(e.what()));
+      return;
+    }
     std::vector<void*> out_ptrs;
     std::vector<int64_t> out_sizes;
     for (int k = 0; k < ctx->num_outputs(); ++k) {
       const npu::TensorDesc& t = engine_.tensors[engine_.outputs[k]];
-      OP_REQUIRES(ctx, batch == 0 || t.sample_elements() <= npu::kMaxElements / batch,
-                  InvalidArgument("engine '", engine_name_, "': output '", t.name,
-                                  "' exceeds 2^31-1 elements at batch ", batch));
       std::vector<int64_t> dims(t.shape.begin(), t.shape.end());
       dims[0] = batch;
       TensorShape shape;
@@ -159,7 +178,7 @@ class RatelEngineOp : public OpKernel {
     if (batch == 0) return;
     const int threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
     try {
-      npu::run_engine(engine_, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, std::max(threads, 1));
+      npu::run_engine_set(set_, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, std::max(threads, 1));
     } catch (const std::exception& e) {
       ctx->CtxFailure(InvalidArgument(e.what()));
       return;
@@ -220,6 +239,8 @@ class RatelEngineOp : public OpKernel {
   int64_t device_id_ = 0;
   std::vector<int64_t> core_ids_;
   npu::Engine engine_;
+  std::vector<npu::Engine> batch_engines_;  // the other engines of the set (attr batch_engines)
+  std::vector<const npu::Engine*> set_;     // engine_, then batch_engines_: ascending batch sizes
   npu::DeviceTimeRecorder device_time_;
 };
 

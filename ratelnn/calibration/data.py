@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import os
 import tarfile
 from pathlib import Path
@@ -84,6 +85,7 @@ class ImagePreprocess:
 
     @classmethod
     def from_config(cls, spec: InputSpec, config: Mapping[str, Any], framework: str) -> "ImagePreprocess":
+        config = for_input(config, spec.name)
         layout = config.get("data_format") or ("NCHW" if framework == "mxnet" else "NHWC")
         if layout not in ("NHWC", "NCHW"):
             raise DataError(f"config data_format must be 'NHWC' or 'NCHW', got {layout!r}")
@@ -130,6 +132,34 @@ class ImagePreprocess:
             pixels = pixels[..., ::-1]
         sample = (pixels - self.mean) / self.std
         return np.ascontiguousarray(sample.transpose(2, 0, 1) if self.nchw else sample)
+
+
+def for_input(config: Mapping[str, Any], name: str) -> Dict[str, Any]:
+    """``config`` with the per-input values (``{input name: value}``, docs/architecture.md §14)
+    of the image keys and ``src_dtype`` replaced by ``name``'s."""
+    out = dict(config)
+    for key in IMAGE_KEYS + ("src_dtype",):
+        value = out.get(key)
+        if isinstance(value, Mapping):
+            out[key] = next((v for k, v in value.items() if k in (name, f"{name}:0")), None)
+    return out
+
+
+def _scaled_uint8(values: np.ndarray, spec: InputSpec, config: Mapping[str, Any], framework: str,
+                  label: str) -> np.ndarray:
+    """``src_dtype: uint8`` array data: pixel codes 0..255 -> ``(v - mean) / std`` along the
+    channel axis of the config's layout."""
+    v = np.asarray(values)
+    if v.dtype.kind not in "iu" and not np.array_equal(v, np.round(v)) or v.size and (v.min() < 0 or v.max() > 255):
+        raise DataError(f"{label}: src_dtype uint8 but input {spec.name!r} holds values outside the "
+                        "integers 0..255")
+    layout = config.get("data_format") or ("NCHW" if framework == "mxnet" else "NHWC")
+    channels = v.shape[1] if layout == "NCHW" and v.ndim == 4 else v.shape[-1]
+    mean = ImagePreprocess._per_channel("mean", config.get("mean"), channels)
+    std = ImagePreprocess._per_channel("std", config.get("std"), channels)
+    if layout == "NCHW" and v.ndim == 4:
+        mean, std = mean.reshape(-1, 1, 1), std.reshape(-1, 1, 1)
+    return ((v.astype(np.float32) - mean) / std).astype(np.float32)
 
 
 # ------------------------------------------------------------------ sources -> chunks
@@ -222,7 +252,11 @@ class CalibrationData:
             raise DataError(f"batch_size={batch_size} but the model is specialised for batch "
                             f"{self.fixed_batch} (input_shapes); pass batch_size=None")
         self.batch_size = int(batch_size or self.fixed_batch or DEFAULT_BATCH_SIZE)
+        self.limit = self.config.get("calibration_size")   # at most this many samples
+        self._images: set = set()   # inputs read from images (already preprocessed)
         self.label, self._chunks, self.num_samples = self._open(data)
+        if self.limit and self.num_samples is not None:
+            self.num_samples = min(self.num_samples, int(self.limit))
 
     @property
     def num_batches(self) -> Optional[int]:
@@ -246,6 +280,10 @@ class CalibrationData:
             spec = self._single_input("an array")
             return "array", lambda first=0: self._array_chunks({spec.name: data}, first=first), \
                 len(data) if data.ndim else 0
+        if isinstance(data, Mapping) and data and all(isinstance(v, (str, os.PathLike)) for v in data.values()):
+            arrays = {k: self._input_file(Path(v), self._spec(k)) for k, v in data.items()}
+            return "files", lambda first=0: self._array_chunks(arrays, "files", first), \
+                self._dict_length(arrays, "files")
         if isinstance(data, Mapping):
             arrays = {k: np.asarray(v) for k, v in data.items()}
             return "dict", lambda first=0: self._array_chunks(arrays, first=first), self._dict_length(arrays, "dict")
@@ -276,6 +314,7 @@ class CalibrationData:
             return label, lambda first=0: self._array_chunks({spec.name: arr}, label, first), len(arr)
         if suffix in TAR_SUFFIXES:
             spec = self._single_input(f"{path} (images)")
+            self._images.add(spec.name)
             preprocess = ImagePreprocess.from_config(spec, self.config, self.framework)
             try:
                 count = count_tar_images(path)
@@ -284,6 +323,28 @@ class CalibrationData:
             return label, lambda first=0: _tar_chunks(path, preprocess, spec.name, first), count
         raise DataError(f"{path}: unknown calibration data file type {suffix!r} "
                         f"(use .npy, .bin, .tar, .tgz or .tar.gz)")
+
+    def _spec(self, key: str) -> InputSpec:
+        return self.inputs[self.names.index(self._key(key))]
+
+    def _input_file(self, path: Path, spec: InputSpec) -> np.ndarray:
+        """All samples of one input from its own file (``calibration_data: {input: path}``)."""
+        if not path.is_file():
+            raise DataError(f"calibration data file {path} for input {spec.name!r} does not exist")
+        suffix = _suffix(path)
+        if suffix == ".npy":
+            obj = _load_npy(path)
+            if isinstance(obj, dict):
+                raise DataError(f"{path}: holds a dict; the file of input {spec.name!r} must hold one array")
+            return obj
+        if suffix == ".bin":
+            return _bin_array(path, spec)
+        if suffix in TAR_SUFFIXES:
+            preprocess = ImagePreprocess.from_config(spec, self.config, self.framework)
+            self._images.add(spec.name)
+            chunks = list(itertools.islice(_tar_chunks(path, preprocess, spec.name), self.limit or None))
+            return np.concatenate([c[spec.name] for c in chunks])
+        raise DataError(f"{path}: unknown calibration data file type {suffix!r} (use .npy, .bin or a tar)")
 
     def _dict_length(self, arrays: Mapping[str, np.ndarray], label: str) -> int:
         lengths = {k: (len(v) if v.ndim else 0) for k, v in arrays.items()}
@@ -338,6 +399,8 @@ class CalibrationData:
                 raise DataError(f"{self.label}: input {spec.name!r} holds {what} "
                                 f"({np.asarray(v).dtype}); calibration data must be real numbers "
                                 f"(it is converted to {spec.dtype})")
+            if for_input(self.config, spec.name).get("src_dtype") == "uint8" and spec.name not in self._images:
+                v = _scaled_uint8(v, spec, for_input(self.config, spec.name), self.framework, self.label)
             v = np.asarray(v, dtype=spec.dtype)
             if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
                 row = int(np.argwhere(~np.isfinite(v.reshape(len(v), -1)).all(axis=1)).min())
@@ -375,8 +438,13 @@ class CalibrationData:
         held = 0
         seen = first
         for raw in self._chunks(first):
+            if self.limit and seen >= self.limit:
+                break
             chunk = self._checked(raw, seen)
             n = len(chunk[self.names[0]])
+            if self.limit and seen + n > self.limit:
+                chunk = {k: v[:self.limit - seen] for k, v in chunk.items()}
+                n = self.limit - seen
             seen += n
             offset = 0
             while offset < n:

@@ -123,13 +123,18 @@ def encode_bins(bins: Sequence[int]) -> List[int]:
     return out
 
 
+MAX_BIN_COUNT = 1 << 51
+
+
 def decode_bins(encoded: Iterable[object]) -> np.ndarray:
     """Inverse of :func:`encode_bins`; raises ValueError unless it yields exactly BINS
-    non-negative integer counts."""
+    non-negative integer counts of at most :data:`MAX_BIN_COUNT`."""
     counts: List[int] = []
     for item in encoded:
         if isinstance(item, bool) or not isinstance(item, int):
             raise ValueError(f"histogram entry {item!r} is not an integer")
+        if item > MAX_BIN_COUNT:  # BINS such counts sum below 2^62: no int64 overflow
+            raise ValueError(f"histogram entry {item} is larger than 2^51")
         if item < 0:
             if len(counts) - item > BINS:
                 raise ValueError(f"histogram has more than {BINS} bins")

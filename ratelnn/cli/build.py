@@ -5,15 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from ..fileio import write_atomic
 from .common import (EXIT_OK, FRAMEWORKS, UsageError, check_model_path, detect_framework,
-                     existing, frontend, load_config, load_model, parse_device_info, say)
+                     existing, frontend, load_config, load_model, parse_device_info, say,
+                     effective_config)
 
 FORMS = ("cal", "quant", "npu")
 ANALYZE_BATCHES = 2        # default batches of the per-layer precision table
@@ -24,7 +26,12 @@ def add_parser(sub, parents) -> None:
     p.add_argument("config", metavar="CONFIG", help="config file (.json, .yaml, .toml)")
     p.add_argument("--model", required=True, help="frozen GraphDef .pb, or MXNet checkpoint prefix")
     p.add_argument("--framework", choices=FRAMEWORKS, help="default: from the model path")
-    p.add_argument("--data", help="calibration data: .npy (array or dict of arrays), .bin, or a tar of images")
+    p.add_argument("--data", help="calibration data: .npy (array or dict of arrays), .bin, or a tar of images "
+                                  "(default: the config's calibration_data / input_processors datasets)")
+    p.add_argument("--work_dir", "--work-dir", dest="work_dir", metavar="DIR",
+                   help="where statistics and outputs go (sets output_dir)")
+    p.add_argument("--output_name", "--output-name", dest="output_name", metavar="NAME",
+                   help="name of the written models (sets model_name; a .pb/.json suffix is dropped)")
     p.add_argument("--set", action="append", default=[], metavar="KEY.SUB=VALUE",
                    help="override a config value (parsed as JSON when possible); repeatable")
     p.add_argument("--forms", default=",".join(FORMS), help="forms to write (default: cal,quant,npu)")
@@ -49,15 +56,19 @@ def parse_forms(text: str) -> List[str]:
 
 
 def write_forms(output_dir: Path, name: str, models: Dict[str, Any],
-                save: Callable[[Any, Path], List[str]]) -> List[str]:
+                save: Callable[[Any, Path], List[str]], files: Optional[Dict[str, bytes]] = None) -> List[str]:
     """Write the forms of one build as a set: every file is written into a staging
     directory inside ``output_dir`` first; then ``<name>_build.json`` (the set's manifest)
     is removed, the files are renamed into place, and a new manifest listing each file's
     SHA-256 is written last.  So a manifest present names files of one build only (a kill
-    between renames leaves no manifest); :func:`check_build` verifies one."""
+    between renames leaves no manifest); :func:`check_build` verifies one.  ``files``: more
+    files of the set, file name -> bytes (the effective config)."""
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-build-", dir=output_dir))
     try:
         staged = [Path(p) for form, model in models.items() for p in save(model, staging / f"{name}_{form}")]
+        for file, data in (files or {}).items():
+            write_atomic(staging / file, data)
+            staged.append(staging / file)
         digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in staged}
         manifest = output_dir / f"{name}_build.json"
         if manifest.exists():
@@ -92,11 +103,18 @@ def build(args) -> int:
     forms = parse_forms(args.forms)
     framework = detect_framework(args.model, args.framework)
     check_model_path(args.model, framework)
-    if args.data is None and (forms != ["cal"] or args.analyze):
-        raise UsageError("--data is required to calibrate (only --forms cal can do without)")
-    if args.data is not None:
-        existing(args.data, "calibration data")
-    config = load_config(args.config, framework, args.set)
+    extra: Dict[str, Any] = {}
+    if args.work_dir:
+        extra["output_dir"] = args.work_dir
+    if args.output_name:
+        extra["model_name"] = re.sub(r"(\.pb|-symbol\.json|\.json)$", "", args.output_name)
+    config = load_config(args.config, framework, args.set, extra)
+    data = args.data if args.data is not None else config["calibration_data"]
+    if data is None and (forms != ["cal"] or args.analyze):
+        raise UsageError("--data (or the config's calibration_data / input_processors "
+                         "calibration_dataset) is required to calibrate (only --forms cal can do without)")
+    for path in (data.values() if isinstance(data, dict) else [data] if data is not None else []):
+        existing(path, "calibration data")
     device_info = parse_device_info(args.device_info)
     progress = not args.no_progress
 
@@ -104,7 +122,7 @@ def build(args) -> int:
     conv = frontend(framework).converter(load_model(args.model, framework), config, device_info)
     output_dir = Path(conv.config["output_dir"])
     output_dir.mkdir(parents=True, exist_ok=True)
-    if args.data is not None:
+    if data is not None:
         from ..calibration.manifest import start_fresh, statistics_files
         previous = statistics_files(output_dir)
         if previous and args.fresh:
@@ -113,25 +131,33 @@ def build(args) -> int:
         elif previous:
             say(f"reusing the calibration statistics in {output_dir / 'ratel_stats'} "
                 f"({len(previous)} file(s)): the new data is added to them; --fresh starts over")
-        conv.calibrate(args.data, progress=progress)
+        conv.calibrate(data, progress=progress)
     models = {}
     for form in forms:
         say(f"making the {form} model")
         models[form] = getattr(conv, f"to_{form}")()
-    for path in write_forms(output_dir, conv.graph.name, models, frontend(framework).model_io.save_model):
+    effective = {f"{conv.graph.name}_effective_config.json": effective_config(conv.config)}  # docs/cli.md
+    for path in write_forms(output_dir, conv.graph.name, models, frontend(framework).model_io.save_model, effective):
         print(f"wrote {path}")
     if "npu" in models:
-        from ..profile import model_engines, profile
+        from ..profile import compiled_batch_sizes, model_engines, profile, profile_batch_sizes
         if model_engines(models["npu"]):
             p = profile(models["npu"], conv.config["input_shapes"][0][0] or 1, device_info)
             print(f"NPU profile (batch {p.batch_size}): latency {p.latency_s * 1e3:.4f} ms, "
                   f"throughput {p.throughput:,.0f} inferences/s")
             print("\n".join("  " + p.engine_line(e) for e in p.engines))
+            sizes = compiled_batch_sizes(models["npu"])
+            if len(sizes) > 1:   # an engine set per node (docs/multi-batch.md)
+                for b, q in profile_batch_sizes(models["npu"], device_info).items():
+                    print(f"  compiled batch {b}: latency {q.latency_s * 1e3:.4f} ms, "
+                          f"throughput {q.throughput:,.0f} inferences/s")
         else:
             print("the compiled model has no NPU engine")
-    if args.analyze:
+    if getattr(conv, "compiler_check_report", None) is not None:
+        print(conv.compiler_check_report.table())
+    if args.analyze or (conv.config.get("precision_analysis") and args.data is not None):
         against = "npu" if "npu" in forms else "quant"
-        report = conv.analyze(args.data, against=against, max_batches=args.analyze_batches, progress=progress)
+        report = conv.analyze(data, against=against, max_batches=args.analyze_batches, progress=progress)
         print(report.table())
         path = output_dir / f"{conv.graph.name}_analysis_{against}.json"
         write_atomic(path, report.to_json().encode())

@@ -99,8 +99,10 @@ def check_model_path(model_path: str, framework: str) -> None:
         existing(f"{mx_prefix(model_path)}-symbol.json", "MXNet symbol file")
 
 
-def load_config(path: str, framework: str, overrides: Sequence[str] = ()) -> QuantConfig:
-    """Config file (JSON/YAML/TOML) plus ``--set`` overrides, validated (ConfigError)."""
+def load_config(path: str, framework: str, overrides: Sequence[str] = (),
+                extra: Optional[Dict[str, Any]] = None) -> QuantConfig:
+    """Config file (JSON/YAML/TOML) plus ``--set`` overrides, then the ``extra`` values of
+    options (``--work_dir``...), resolved to the flat keys and validated (ConfigError)."""
     existing(path, "config file")
     try:
         config = QuantConfig.from_file(path, framework)
@@ -109,7 +111,22 @@ def load_config(path: str, framework: str, overrides: Sequence[str] = ()) -> Qua
     except Exception as e:  # JSON/TOML decode errors are ValueErrors, YAML's are not
         raise UsageError(f"config file {path}: cannot parse it: {one_line(e)}") from None
     apply_overrides(config, overrides)
+    config.update(extra or {})
     return normalize(config, framework)
+
+
+def effective_config(config: Dict[str, Any]) -> bytes:
+    """The JSON of ``<name>_effective_config.json``: the flat config a build used, every
+    default filled in, whatever form it was written in (docs/cli.md)."""
+    return (json.dumps(dict(config), indent=1, sort_keys=True, default=str) + "\n").encode()
+
+
+def write_effective_config(output_dir: Path, name: str, config: Dict[str, Any]) -> Path:
+    """Write :func:`effective_config` as ``<output_dir>/<name>_effective_config.json``."""
+    from ..fileio import write_atomic
+    path = Path(output_dir) / f"{name}_effective_config.json"
+    write_atomic(path, effective_config(config))
+    return path
 
 
 # ================================================================== models on disk
@@ -138,7 +155,13 @@ def model_structure(model_path: str, framework: str, model: Any) -> Dict[str, An
     if framework == "mxnet":
         existing(f"{model}-0000.params", "MXNet params file")
     info = frontend(framework).model_io.describe(model)
+    sets = dict(info.pop("engine_sets"))
     info["engines"] = [engine_summary(n, Engine.from_bytes(data, label=n)) for n, data in info["engines"]]
+    for e in info["engines"]:   # the engine set (docs/multi-batch.md): one row per compiled batch size
+        e["batch_sizes"] = [engine_summary(e["name"], Engine.from_bytes(b, label=e["name"]))
+                            for b in sets.get(e["name"], [])[1:]]
+        e["batch_sizes"] = [{"batch_size": x["batch_size"], "sram_bytes": x["sram_bytes"], "cycles": x["cycles"]}
+                            for x in [e] + e["batch_sizes"]]
     roles = {op["role"] for op in info["ops"]}
     kind = ("compiled" if info["engines"] else "calibration" if "calibration" in roles
             else "quantized" if "quantize" in roles else "float")

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from .common import EXIT_OK, FRAMEWORKS, UsageError, detect_framework, load_model, model_structure, one_line, table
+from .common import (EXIT_OK, FRAMEWORKS, UsageError, detect_framework, frontend, load_model, model_structure,
+                     one_line, table)
 
 
 def add_parser(sub, parents) -> None:
@@ -52,6 +53,13 @@ def structure_text(info: Dict[str, Any]) -> str:
                 for t in e[kind]:
                     lines.append(f"  {e['name']} {kind[:-1]} {t['name']}: {t['dtype']} {t['shape']} "
                                  f"scale {t['scale']:.6g}")
+    if info.get("batch_profile"):   # an engine set per node (docs/multi-batch.md)
+        lines.append("compiled batch sizes (predicted by the cost model):")
+        lines.append("  " + table(("batch", "latency ms", "throughput /s", "SRAM plan B (per engine)"),
+                                  [(b["batch_size"], f"{b['latency_ms']:.4f}", f"{b['throughput']:,.0f}",
+                                    ", ".join(f"{e['name']}: {s['sram_bytes']:,}" for e in engines
+                                              for s in e["batch_sizes"] if s["batch_size"] == b["batch_size"]))
+                                   for b in info["batch_profile"]]).replace("\n", "\n  "))
     by_op: Dict[Tuple[str, str], List[str]] = {}
     for op in info["ops"]:
         by_op.setdefault((op["role"], op["op"]), []).append(op["name"])
@@ -69,6 +77,13 @@ def inspect(args) -> int:
         print(json.dumps(scheme.to_dict(), indent=1) if args.json else scheme.summary())
         return EXIT_OK
     framework = detect_framework(args.model, args.framework)
-    info = model_structure(args.model, framework, load_model(args.model, framework))
+    model = load_model(args.model, framework)
+    info = model_structure(args.model, framework, model)
+    if any(len(e["batch_sizes"]) > 1 for e in info["engines"]):
+        from ..profile import profile_batch_sizes
+        if framework == "mxnet":
+            model = frontend(framework).model_io.load_checkpoint(model)
+        info["batch_profile"] = [{"batch_size": b, "latency_ms": p.latency_s * 1e3, "throughput": p.throughput}
+                                 for b, p in profile_batch_sizes(model).items()]
     print(json.dumps(info, indent=1) if args.json else structure_text(info))
     return EXIT_OK

@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Tuple
 
 from ..config import QuantConfig, normalize
 from .common import (EXIT_OK, UsageError, apply_overrides, check_model_path, detect_framework,
-                     existing, frontend, load_config, load_model, one_line, parse_device_info, say, table)
+                     existing, frontend, load_config, load_model, one_line, parse_device_info, say, table,
+                     write_effective_config)
 
 
 def add_parser(sub, parents) -> None:
@@ -41,8 +42,9 @@ def joint_entries(list_path: Path) -> Tuple[List[Dict[str, Any]], Dict[str, Any]
     if unknown:
         raise UsageError(f"{list_path}: unknown keys {unknown} (allowed: models, device_info, output_dir)")
     for i, entry in enumerate(raw):
-        if not isinstance(entry, dict) or not {"model", "config", "data"} <= set(entry):
-            raise UsageError(f"{list_path}: entry {i} must be an object with model, config and data")
+        if not isinstance(entry, dict) or not {"model", "config"} <= set(entry):
+            raise UsageError(f"{list_path}: entry {i} must be an object with model, config and data "
+                             "(data may be left to the config's calibration_data)")
         bad = sorted(set(entry) - {"model", "config", "data", "framework", "set"})
         if bad:
             raise UsageError(f"{list_path}: entry {i} has unknown keys {bad}")
@@ -62,13 +64,19 @@ def joint_inputs(list_path: Path, entries: List[Dict[str, Any]]):
         framework = detect_framework(model, entry.get("framework"))
         check_model_path(model, framework)
         frameworks.add(framework)
-        data.append(str(existing(resolve(entry["data"]), "calibration data")))
         if isinstance(entry["config"], dict):
             config = QuantConfig(framework, **entry["config"])
             apply_overrides(config, entry.get("set", []))
             config = normalize(config, framework)
         else:
             config = load_config(resolve(entry["config"]), framework, entry.get("set", []))
+        source = resolve(entry["data"]) if entry.get("data") is not None else config["calibration_data"]
+        if source is None:
+            raise UsageError(f"{list_path}: model {entry['model']!r} has no data (an entry's data, or the "
+                             "config's calibration_data / input_processors calibration_dataset)")
+        for path in source.values() if isinstance(source, dict) else [source]:
+            existing(str(path), "calibration data")
+        data.append(source if isinstance(source, dict) else str(source))
         models.append(model)
         configs.append(config)
     if len(frameworks) > 1:
@@ -92,6 +100,7 @@ def joint(args) -> int:
     for conv, model in zip(jc.converters, compiled):
         target = Path(conv.config["output_dir"])
         target.mkdir(parents=True, exist_ok=True)
+        print(f"wrote {write_effective_config(target, conv.graph.name, conv.config)}")
         for path in frontend(framework).model_io.save_model(model, target / f"{conv.graph.name}_npu"):
             print(f"wrote {path}")
     out_dir.mkdir(parents=True, exist_ok=True)

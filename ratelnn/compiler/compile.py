@@ -21,7 +21,8 @@ from ..errors import ModelError, RatelError
 from ..fileio import write_atomic
 from ..ir import Graph, Node, QParams, TensorInfo
 from ..npu.device import resolve_device_info
-from ..npu.engine import ACTIVATION_DTYPES
+from ..npu.batching import rebatch
+from ..npu.engine import ACTIVATION_DTYPES, MAX_TENSOR_ELEMENTS, MAX_TOTAL_BYTES, EngineError
 from .partition import find_regions
 from ..quantization.policy import QuantPlan, make_plan
 from .lower import is_lowerable, lower_region
@@ -153,8 +154,10 @@ class _Assembler:
                      [TensorInfo(self.src.shape(t), "float32")])
             self.on_grid_outputs.add(t)
 
-    def engine(self, region, engine, engine_name: str, device_id: int, core_ids: List[int],
+    def engine(self, region, engines, engine_name: str, device_id: int, core_ids: List[int],
                float_readers: Dict[str, bool]) -> None:
+        """One ``Engine`` node for ``region``: ``engines`` is its engine set (one engine per
+        compiled batch size, ascending; docs/multi-batch.md)."""
         inputs = [self.integer_input(t) for t in region.inputs]
         outputs = []
         for t in region.outputs:
@@ -165,8 +168,9 @@ class _Assembler:
             outputs.append(codes)
         self.used.add(engine_name)
         self.add(Node(engine_name, "Engine", inputs, outputs,
-                      {"engine": engine.to_bytes(), "engine_name": engine_name,
-                       "device_id": int(device_id), "core_ids": [int(c) for c in core_ids]}),
+                      {"engine": engines[0].to_bytes(), "engine_name": engine_name,
+                       "device_id": int(device_id), "core_ids": [int(c) for c in core_ids],
+                       **({"batch_engines": [e.to_bytes() for e in engines[1:]]} if len(engines) > 1 else {})}),
                  [self.out.tensors[c] for c in outputs])
         for t, codes in zip(region.outputs, outputs):
             if float_readers[t]:
@@ -175,13 +179,28 @@ class _Assembler:
                          [TensorInfo(self.src.shape(t), "float32")])
 
 
+def engine_batch_sizes(config: Mapping[str, Any]) -> List[int]:
+    """The batch sizes every region is compiled for (docs/multi-batch.md): ``static_batch_sizes``
+    (sorted, distinct), or for ``max_dynamic_batch_size`` N the powers of two below N and N;
+    ``[]`` when neither is set: one engine at the batch of ``input_shapes``."""
+    static = sorted({int(b) for b in config.get("static_batch_sizes") or []})
+    dynamic = int(config.get("max_dynamic_batch_size") or 0)
+    if static and dynamic:
+        raise ConfigError("config keys 'static_batch_sizes' and 'max_dynamic_batch_size' exclude each other")
+    if dynamic:
+        return [1 << k for k in range(dynamic.bit_length()) if 1 << k < dynamic] + [dynamic]
+    return static
+
+
 def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None) -> Graph:
     """The compiled graph of the quantized ``qgraph`` (made by ``quantize``).
 
     ``device_info`` (docs/architecture.md §2) picks the device and cores written into every engine
     (default: all cores of device 0).  With ``config["remove_input_quant"]`` the graph
     inputs take integer codes ``q = round(x / in_scale)`` and the scales are written to
-    ``input_quant_nodes.txt`` in ``config["output_dir"]`` and in the working directory."""
+    ``input_quant_nodes.txt`` in ``config["output_dir"]`` and in the working directory.
+    ``static_batch_sizes`` / ``max_dynamic_batch_size`` give every engine node an engine set
+    (:func:`engine_batch_sizes`; attrs ``engine`` + ``batch_engines``, docs/ir.md)."""
     src = qgraph.copy()
     src.toposort()
     plan = make_plan(src, config)
@@ -190,6 +209,7 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     device_id = next(iter(placement))
     core_ids = placement[device_id]
     asm = _Assembler(src, config)
+    batch_sizes = engine_batch_sizes(config)
     remove_input_quant = bool(config.get("remove_input_quant", False))
     if remove_input_quant:
         _integer_inputs(asm)
@@ -217,14 +237,29 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
         except _UNFORESEEN as e:
             nodes = ", ".join(_describe(n) for n in region.nodes[:8]) + (", ..." if len(region.nodes) > 8 else "")
             raise CompileError(f"cannot lower NPU region {name} ({nodes}): {type(e).__name__}: {e}") from e
+        _check_engine_size(engine, config)
+        engines = [engine] if not batch_sizes else [rebatch(engine, b) for b in batch_sizes]
+        for e in engines[1:] if batch_sizes else []:   # each compiled batch size (docs/multi-batch.md)
+            _check_engine_size(e, config)
         readers = {t: t in src.outputs or any(id(c) not in in_region for c in consumers.get(t, []))
                    for t in region.outputs}
-        asm.engine(region, engine, name, device_id, core_ids, readers)
+        asm.engine(region, engines, name, device_id, core_ids, readers)
     asm.out.toposort()
     asm.out.prune()
     if remove_input_quant:
         write_input_scales(asm.out, config)
     return asm.out
+
+
+def _check_engine_size(engine, config: Mapping[str, Any]) -> None:
+    """CompileError naming the tensor when an engine at its compiled batch exceeds the config
+    keys max_tensor_elements / max_total_bytes (the run-time limits are checked by every
+    loader at the run batch: docs/reliability.md, "Engines")."""
+    try:
+        engine.check_size(engine.batch_size, int(config.get("max_tensor_elements", MAX_TENSOR_ELEMENTS)),
+                          int(config.get("max_total_bytes", MAX_TOTAL_BYTES)))
+    except EngineError as e:
+        raise CompileError(f"{e}; raise the config key to compile it") from None
 
 
 def _is_integer(graph: Graph, tensor: str) -> bool:

@@ -24,12 +24,10 @@ import numpy as np
 from ..errors import ModelError
 from ..ir import Graph, Node, registry
 from ..ir.evaluate import evaluate_node
-from ..npu.costmodel import layer_cycles
-from ..npu.device import target_device
+from ..npu.batching import estimate_cycles
 from ..npu.engine import (MAX_SHIFT, Engine, EngineBuilder, make_lut, make_softmax_table, qabs, qrange,
                           quantize_multiplier)
 from .partition import Region
-from ..npu.costs import instruction_layer_cost
 
 TO_NHWC = (0, 2, 3, 1)   # NCHW -> NHWC
 TO_NCHW = (0, 3, 1, 2)   # NHWC -> NCHW
@@ -162,6 +160,16 @@ _CHECKS: Dict[str, Callable[[Graph, Node], bool]] = {
 
 
 # ------------------------------------------------------------------ integer parameters
+def _capped(real: float, out_dtype, divisor: int = 1) -> float:
+    """``real`` capped at ``(qabs(out_dtype) + 1) * divisor``, sign kept.  A requantization of
+    integers (codes, accumulators: |x| >= 1 unless 0) divided by ``divisor`` with a larger
+    ratio saturates every nonzero input, as the capped ratio does: same outputs, and a
+    multiplier that fits (an output calibrated to ~0 behind a wide input, e.g. ReLU of
+    negative values, gives ratios of 1e10; docs/reliability.md)."""
+    cap = float((qabs(out_dtype) + 1) * int(divisor))
+    return float(np.sign(real)) * min(abs(float(real)), cap)
+
+
 def _divisor_multiplier(real: float, acc_bound: int, divisor: int) -> Tuple[int, int]:
     """``quantize_multiplier`` with the extra bound ``divisor * 2**s <= 2**62`` of the
     instructions that divide by ``cells * 2**s`` (AVG_POOL, MEAN)."""
@@ -273,7 +281,8 @@ class _RegionLowering:
         real = sx * _channel_scales(w_qp, cout) / sy
         prod = k * qabs(self.qp(x_t).dtype) * qabs(w.dtype)
         bounds = [prod + abs(int(b)) for b in bias]
-        pos = [quantize_multiplier(r, bd) for r, bd in zip(real, bounds)]
+        y_dtype = self.qp(out_t).dtype
+        pos = [quantize_multiplier(_capped(r, y_dtype), bd) for r, bd in zip(real, bounds)]
         name = node.name
         consts = [self.b.const(f"{name}/weights", w), self.b.const(f"{name}/bias", bias),
                   self.b.const(f"{name}/multipliers", np.array([m for m, _ in pos], np.int32)),
@@ -281,7 +290,7 @@ class _RegionLowering:
         act = node.attrs.get("act", "none")
         if act in ("leaky_relu", "prelu"):
             slopes = np.broadcast_to(np.asarray(node.attrs.get("act_alpha", 0.2), np.float64).reshape(-1), (cout,))
-            neg = [_signed_multiplier(r * a, bd) for r, a, bd in zip(real, slopes, bounds)]
+            neg = [_signed_multiplier(_capped(r * a, y_dtype), bd) for r, a, bd in zip(real, slopes, bounds)]
             consts += [self.b.const(f"{name}/neg_multipliers", np.array([m for m, _ in neg], np.int32)),
                        self.b.const(f"{name}/neg_shifts", np.array([s for _, s in neg], np.int32))]
         lo, hi = _act_clamp(act, self.qp(out_t))
@@ -326,7 +335,7 @@ class _RegionLowering:
         out = self.new(out_t, view)
         qa, qb, qy = self.qp(a_t), g.qparams[b_t], self.qp(out_t)
         if node.op == "Mul":
-            m, s = quantize_multiplier(float(qa.scale) * float(qb.scale) / float(qy.scale),
+            m, s = quantize_multiplier(_capped(float(qa.scale) * float(qb.scale) / float(qy.scale), qy.dtype),
                                        qabs(qa.dtype) * qabs(qb.dtype))
             mults, shift = [m], s
         else:
@@ -346,7 +355,9 @@ class _RegionLowering:
         out_t = node.outputs[0]
         out = self.new(out_t, view)
         sy = float(self.qp(out_t).scale)
-        params = [quantize_multiplier(float(self.qp(t).scale) / sy, qabs(self.qp(t).dtype)) for t in node.inputs]
+        y_dtype = self.qp(out_t).dtype
+        params = [quantize_multiplier(_capped(float(self.qp(t).scale) / sy, y_dtype), qabs(self.qp(t).dtype))
+                  for t in node.inputs]
         self.b.add("CONCAT", inputs, [out], name=node.name, axis=NHWC_AXIS_OF_NCHW[axis] if view == "nhwc" else axis,
                    multipliers=[m for m, _ in params], shifts=[s for _, s in params])
 
@@ -359,7 +370,8 @@ class _RegionLowering:
         attrs = dict(ksize=a["ksize"], strides=a.get("strides", (1, 1)), pads=a.get("pads", (0, 0, 0, 0)))
         if node.op == "AvgPool":
             kh, kw = a["ksize"]
-            m, s = _divisor_multiplier(float(self.qp(x_t).scale) / float(self.qp(out_t).scale),
+            m, s = _divisor_multiplier(_capped(float(self.qp(x_t).scale) / float(self.qp(out_t).scale),
+                                               self.qp(out_t).dtype, kh * kw),
                                        kh * kw * qabs(self.qp(x_t).dtype), kh * kw)
             attrs.update(multipliers=[m], shifts=[s], count_include_pad=bool(a.get("count_include_pad", False)))
         self.b.add(registry.get(node.op).npu[0], [x], [out], name=node.name, **attrs)
@@ -380,7 +392,8 @@ class _RegionLowering:
         engine_axes = sorted(NHWC_AXIS_OF_NCHW[d] for d in axes) if view == "nhwc" else axes
         out = self.new(out_t, "nhwc" if view == "nhwc" and keepdims else "ir")
         cells = int(np.prod([shape[d] for d in axes]))
-        m, s = _divisor_multiplier(float(self.qp(x_t).scale) / float(self.qp(out_t).scale),
+        m, s = _divisor_multiplier(_capped(float(self.qp(x_t).scale) / float(self.qp(out_t).scale),
+                                           self.qp(out_t).dtype, cells),
                                    cells * qabs(self.qp(x_t).dtype), cells)
         self.b.add("MEAN", [x], [out], name=node.name, axes=engine_axes, keepdims=keepdims,
                    multipliers=[m], shifts=[s])
@@ -413,7 +426,8 @@ class _RegionLowering:
         value = float(node.attrs.get("value", 0.0))
         if value != 0.0:   # own output scale: requantize first, then pad with the value's code
             tmp = self.temp(f"{out_t}/requant", self.shape_of(x), qy)
-            m, s = quantize_multiplier(float(self.qp(x_t).scale) / float(qy.scale), qabs(self.qp(x_t).dtype))
+            m, s = quantize_multiplier(_capped(float(self.qp(x_t).scale) / float(qy.scale), qy.dtype),
+                                       qabs(self.qp(x_t).dtype))
             self.b.add("REQUANT", [x], [tmp], name=node.name, multipliers=[m], shifts=[s])
             x = tmp
         lo, hi = qrange(qy.dtype)
@@ -439,7 +453,7 @@ class _RegionLowering:
         x = self.get(x_t, view, node)
         out = self.new(out_t, view)
         qx, qy = self.qp(x_t), self.qp(out_t)
-        m, s = quantize_multiplier(float(qx.scale) / float(qy.scale), qabs(qx.dtype))
+        m, s = quantize_multiplier(_capped(float(qx.scale) / float(qy.scale), qy.dtype), qabs(qx.dtype))
         lo, hi = _act_clamp(node.op, qy)
         self.b.add("REQUANT", [x], [out], name=node.name, multipliers=[m], shifts=[s], act_min=lo, act_max=hi)
 
@@ -514,7 +528,5 @@ def lower_region(graph: Graph, region: Region, engine_name: str, device_id: int 
     outputs = [low.get(t, "ir", graph.producer(t)) for t in region.outputs]
     builder.set_io(inputs, outputs)
     builder.set_placement(device_id, core_ids, "SPLIT_BATCH" if len(core_ids) > 1 else "SPLIT_NONE")
-    core = target_device(device_id).core
-    for ins in builder.proto.instructions:
-        ins.cycles = int(round(layer_cycles(instruction_layer_cost(builder.proto, ins), core, batch)[0]))
+    estimate_cycles(builder.proto)
     return builder.build()

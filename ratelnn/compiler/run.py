@@ -8,13 +8,14 @@ import numpy as np
 
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError, evaluate_node
-from ..npu.engine import Engine
+from ..npu.batching import decode_engine_set, run_engine_set
 
 
 def run_compiled(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str = "reference",
                  fetches: Optional[Iterable[str]] = None) -> Dict[str, np.ndarray]:
     """Evaluate ``graph`` on ``feeds`` (graph input name -> array); engines run with
-    ``backend`` (``"reference"`` or ``"native"``).  Returns ``{tensor: array}`` for
+    ``backend`` (``"reference"`` or ``"native"``); an engine set splits the batch over its
+    compiled sizes (docs/multi-batch.md).  Returns ``{tensor: array}`` for
     ``fetches`` (default: the graph outputs)."""
     fetches = list(graph.outputs if fetches is None else fetches)
     missing = [t for t in graph.inputs if t not in feeds]
@@ -25,8 +26,9 @@ def run_compiled(graph: Graph, feeds: Mapping[str, np.ndarray], backend: str = "
     for node in graph.nodes:
         args = [values[t] for t in node.inputs]
         if node.op == "Engine":
-            engine = Engine.decoded(node.attrs["engine"], label=node.attrs.get("engine_name", node.name))
-            results = engine.run(args, backend=backend)
+            engines = decode_engine_set(node.attrs["engine"], node.attrs.get("batch_engines", ()),
+                                        node.attrs.get("engine_name", node.name))
+            results = run_engine_set(engines, args, backend=backend)
         else:
             results = evaluate_node(node, args)
         values.update(zip(node.outputs, results))

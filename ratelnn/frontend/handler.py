@@ -4,12 +4,14 @@ each frontend (ratelnn.frontend.tensorflow, ratelnn.frontend.mxnet) subclasses
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, Optional
 
 from ..config import QuantConfig
 from ..errors import ModelError
 from ..ir import Graph, GraphError
+from ..ir import registry
 from ..ir.passes import remove_identity, run_default_passes
+from ..ir.patches import apply_patches
 from ..quantization.recover import record_qdq_qparams
 
 
@@ -35,8 +37,15 @@ class ModelHandler(abc.ABC):
         """IR (possibly holding MinMax/Quant/Dequant/Engine nodes) -> framework model."""
 
     def import_graph(self, graph_def: Any, config: QuantConfig) -> Graph:
-        """Framework model -> optimised float IR (the default passes of docs/ir.md)."""
-        return _integer_inputs_checked(_validated(run_default_passes(self.translate(graph_def, config))))
+        """Framework model -> optimised float IR (the default passes of docs/ir.md); the
+        config's graph patches are applied first (docs/architecture.md §14)."""
+        _check_op_types(config)
+        return checked_float_ir(apply_patches(self.translate(graph_def, config), config))
+
+    def import_prequantized(self, graph_quant: Any, config: QuantConfig) -> Optional[Graph]:
+        """The quantized IR of a pre-quantized (quantization-aware-trained) model, from its
+        own fake-quantization nodes; None when the model has none (docs/quantization.md)."""
+        return None
 
     def import_quantized(self, graph_quant: Any, config: QuantConfig) -> Graph:
         """A quantized model made by ``to_quant`` -> IR keeping its Quant/Dequant structure,
@@ -46,6 +55,19 @@ class ModelHandler(abc.ABC):
         graph.prune()
         record_qdq_qparams(graph)
         return _validated(graph)
+
+
+def _check_op_types(config: QuantConfig) -> None:
+    """ConfigError for a ``layer_configs`` op_type that names no op, before any work."""
+    for i, entry in enumerate(config.get("layer_configs") or []):
+        types = entry.get("op_type", [])
+        for name in [types] if isinstance(types, str) else types:
+            registry.config_op_types(name, f"layer_configs[{i}].op_type")
+
+
+def checked_float_ir(graph: Graph) -> Graph:
+    """A translated float IR after the default passes, validated (ModelError otherwise)."""
+    return _integer_inputs_checked(_validated(run_default_passes(graph)))
 
 
 _MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "ExpandDims", "Identity"}

@@ -179,6 +179,20 @@ def ir_ops(op_type: str) -> FrozenSet[str]:
     return frozenset(found or {op_type})
 
 
+def config_op_types(op_type: str, where: str = "op_type") -> FrozenSet[str]:
+    """:func:`ir_ops` for a name a user wrote (``layer_configs``/``op_processors`` ``op_type``):
+    a ConfigError listing the known spellings when it names no op."""
+    from ..config_forms import ConfigError
+    if op_type in BY_NAME or any(op_type in SPELLINGS[fw] for fw in FRAMEWORKS):
+        return ir_ops(op_type)
+    every = list(BY_NAME) + [s for fw in FRAMEWORKS for s in SPELLINGS[fw]]
+    close = difflib.get_close_matches(op_type, every, n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    known = "; ".join([f"IR: {', '.join(BY_NAME)}"] + [f"{_FW_NAMES[fw]}: {', '.join(SPELLINGS[fw])}"
+                                                       for fw in FRAMEWORKS])
+    raise ConfigError(f"{where} {op_type!r} is not a known op type{hint}; known op types: {known}")
+
+
 T = TypeVar("T")
 
 

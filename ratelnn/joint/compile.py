@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..compiler import compile_graph
 from ..npu.costs import instruction_layer_cost
 from ..ir import Graph, Node
-from ..npu.engine import SPLIT_MODES, Engine
+from ..npu.engine import SPLIT_MODES, Engine, seal
 from .scheme import Scheme
 from .planning import plan
 from .search import ModelSpec
@@ -84,14 +84,17 @@ def stamp_placement(graph: Graph, scheme: Scheme, model_index: int) -> None:
         a = by_name.get(node.attrs["engine_name"])
         if a is None:
             raise ValueError(f"the scheme places no engine named {node.attrs['engine_name']!r}")
-        engine = Engine.from_bytes(node.attrs["engine"], label=node.attrs["engine_name"])
-        proto = engine.proto
-        proto.device_id = int(a.device_id)
-        del proto.core_ids[:]
-        proto.core_ids.extend(int(c) for c in a.core_ids)
-        proto.split_mode = SPLIT_MODES[ENGINE_SPLIT_MODE[a.split_mode]]
-        node.attrs.update(engine=proto.SerializeToString(), device_id=int(a.device_id),
-                          core_ids=[int(c) for c in a.core_ids])
+        stamped = []
+        for data in [node.attrs["engine"], *node.attrs.get("batch_engines", [])]:   # the engine set
+            proto = Engine.from_bytes(data, label=node.attrs["engine_name"]).proto
+            proto.device_id = int(a.device_id)
+            del proto.core_ids[:]
+            proto.core_ids.extend(int(c) for c in a.core_ids)
+            proto.split_mode = SPLIT_MODES[ENGINE_SPLIT_MODE[a.split_mode]]
+            stamped.append(seal(proto))
+        node.attrs.update(engine=stamped[0], device_id=int(a.device_id), core_ids=[int(c) for c in a.core_ids])
+        if len(stamped) > 1:
+            node.attrs["batch_engines"] = stamped[1:]
 
 
 def compile_models(jobs: Sequence[Tuple[Graph, Mapping[str, Any], Optional[Mapping]]]) -> List[Graph]:

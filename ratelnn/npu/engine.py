@@ -23,7 +23,8 @@ from ..proto import engine_pb2 as pb
 from .memory_plan import plan_memory
 
 from .format import (ACTIVATION_DTYPES, DTYPE_CODES, DTYPES, FORMAT_MAJOR, FORMAT_MINOR, MAX_MULTIPLIER,  # noqa: F401
-                     MAX_PRODUCT, MAX_SHIFT, OPCODES, SPLIT_MODES, EngineError, qabs, qrange)
+                     MAX_PRODUCT, MAX_SHIFT, MAX_TENSOR_ELEMENTS, MAX_TOTAL_BYTES, OPCODES, SPLIT_MODES, EngineError,
+                     qabs, qrange, seal)
 
 
 # Engine.decoded's cache: (bytes, label) -> Engine, least recently used first.
@@ -129,19 +130,29 @@ class Engine:
     def check_inputs(self, arrays: Sequence[np.ndarray]) -> Tuple[List[np.ndarray], int]:
         """Check run-time inputs against the engine: count, dtype, shape[1:], one batch N >= 1
         (the native check of ops/core/npu_io.h, shared with the TF and MXNet ops, for both
-        executors).  Returns the inputs as C-contiguous arrays and the batch size N."""
+        executors), and the sizes at N against the run-time limits (:meth:`check_size`), before
+        anything is copied or allocated.  Returns the inputs as C-contiguous arrays and N."""
         arrays = [np.asarray(a) for a in arrays]
         batch = self._native.check_inputs(arrays, min_batch=1)
+        self._native.check_size(batch)
         return [np.ascontiguousarray(a) for a in arrays], batch
 
+    def check_size(self, batch: int, max_tensor_elements: int = 0, max_total_bytes: int = 0) -> None:
+        """Raise :class:`EngineError` naming the tensor if an activation tensor at ``batch`` has
+        more than ``max_tensor_elements`` elements or all of them more than ``max_total_bytes``
+        bytes; with both 0, the run-time limits (``RATELNN_MAX_TENSOR_ELEMENTS``,
+        ``RATELNN_MAX_TOTAL_BYTES``, defaults :data:`MAX_TENSOR_ELEMENTS`, :data:`MAX_TOTAL_BYTES`)."""
+        self._native.check_size(batch, max_tensor_elements, max_total_bytes)
+
     def run(self, arrays: Sequence[np.ndarray], backend: str = "reference", num_threads: int = 2) -> List[np.ndarray]:
-        """Execute on integer inputs (any batch size N); returns the output arrays.
+        """Execute on integer inputs (any batch size N); returns the output arrays.  Sizes at
+        batch N are checked against the run-time limits (:meth:`check_size`) first.
 
         Raises :class:`~ratelnn.npu.device.DeviceUnavailableError` if the engine is placed on a
         device or cores the local emulated runtime lacks (``RATELNN_DEVICES``)."""
         from .device import check_placement
         check_placement(self.name, self.proto.device_id, self.proto.core_ids)
-        inputs, batch = self.check_inputs(arrays)
+        inputs, batch = self.check_inputs(arrays)  # sizes checked before anything is allocated
         if backend == "reference":
             from .reference import run_reference
             return run_reference(self, inputs)
@@ -298,7 +309,8 @@ class EngineBuilder:
         self.proto.sram_bytes = total
 
     def to_bytes(self) -> bytes:
-        return self.proto.SerializeToString()
+        """The engine bytes with their checksum (format.seal)."""
+        return seal(self.proto)
 
     def build(self, plan_memory: bool = True) -> Engine:
         """Plan memory (unless told not to), serialize and validate; returns the Engine."""

@@ -62,6 +62,9 @@ def _load():
                 ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p,
                 ctypes.c_size_t]
             lib.ratel_npu_engine_check_inputs.restype = ctypes.c_int
+            lib.ratel_npu_engine_check_size.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                         ctypes.c_char_p, ctypes.c_size_t]
+            lib.ratel_npu_engine_check_size.restype = ctypes.c_int
             lib.ratel_npu_peak_macs.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t]
             lib.ratel_npu_peak_macs.restype = ctypes.c_int64
             lib.ratel_npu_wire_schema.argtypes = []
@@ -152,10 +155,21 @@ class NativeEngine:
             raise EngineError(err.value.decode(errors="replace"))
         return int(batch.value)
 
+    def check_size(self, batch: int, max_tensor_elements: int = 0, max_total_bytes: int = 0) -> None:
+        """Every activation tensor at ``batch`` within the limits (ops/core/npu_io.h): the given
+        ones, or when both are 0 the run-time limits (``RATELNN_MAX_TENSOR_ELEMENTS``,
+        ``RATELNN_MAX_TOTAL_BYTES`` or their defaults).  Raises :class:`EngineError` naming the tensor."""
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        if self._lib.ratel_npu_engine_check_size(self._handle, int(batch), int(max_tensor_elements),
+                                                 int(max_total_bytes), err, _ERR_LEN) != 0:
+            raise EngineError(err.value.decode(errors="replace"))
+
     def run(self, inputs: Sequence[np.ndarray], batch: int, outputs: Sequence[Tuple[Tuple[int, ...], np.dtype]],
             num_threads: int = 2) -> List[np.ndarray]:
         """Run on C-contiguous ``inputs`` at batch ``batch``; ``outputs`` lists
-        ``(compiled shape, dtype)`` of each engine output."""
+        ``(compiled shape, dtype)`` of each engine output.  Sizes are checked before the
+        outputs are allocated."""
+        self.check_size(batch)
         results = [np.empty((batch,) + tuple(shape[1:]), dtype=dtype) for shape, dtype in outputs]
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         in_sizes = (ctypes.c_int64 * max(len(inputs), 1))(*[a.nbytes for a in inputs])

@@ -159,6 +159,12 @@ def _execute(ins, engine: "Engine", vals: Dict[int, np.ndarray]) -> np.ndarray:
     return _finish(v, ins, out_dtype)
 
 
+def execute_instruction(engine: "Engine", ins, values: Dict[int, np.ndarray]) -> np.ndarray:
+    """The output codes of instruction ``ins`` of ``engine`` with input codes ``values``
+    (tensor id -> array): one step of :func:`run_reference`."""
+    return _execute(ins, engine, values)
+
+
 def run_reference(engine: "Engine", inputs: Sequence[np.ndarray],
                   capture: Optional[Callable[[Any, np.ndarray], None]] = None) -> List[np.ndarray]:
     """Run a validated ``engine`` on inputs already checked by ``Engine.check_inputs``.

@@ -28,6 +28,7 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ..config import QUANT_CFG_DEFAULTS, ConfigError
+from ..config_forms import DEFAULT_LAYER
 from ..ir import Graph, Node, registry
 
 # Which ops are quantized, their operands and quant_cfg roles: ratelnn/ir/registry.py.
@@ -41,6 +42,10 @@ INPUT_DATA_TYPES = ("int8", "uint8", "int16")
 # (``s_in * s_w[c]``) is what per-channel weights give it; the requantized output activation
 # stays per tensor.
 ACCUMULATOR_ROLES = frozenset(op.output_role for op in registry.OPS if op.form == registry.WEIGHTED)
+
+
+# graph.meta key: node names kept float whatever the config says (pre-quantized graphs)
+FLOAT_LAYERS_META = "float_layers"
 
 
 @dataclasses.dataclass
@@ -149,7 +154,9 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
 
     An entry matches by ``layer_name`` (node name or one of its output tensors, or a graph
     input: the input's own dtype, ``int8``/``uint8``/``int16`` only), by ``op_type`` (the IR
-    op name, docs/ir.md, or its TensorFlow, MXNet or ONNX spelling) or by a subgraph (``start_tensor_names`` / ``end_tensor_names``).
+    op name, docs/ir.md, or its TensorFlow, MXNet or ONNX spelling; an unknown one is a
+    ConfigError) or by a subgraph (``start_tensor_names`` / ``end_tensor_names``; both
+    ``[DEFAULT]``: every node).
     Priority: layer name > op type > subgraph; among entries of the same kind the later one
     wins.  An entry that matches no node is reported with a warning (names can disappear in
     graph passes, e.g. a BatchNorm folded into its convolution).  Graph inputs appear in the
@@ -169,9 +176,14 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
             matched += graph_inputs
             kind = 2
         elif "op_type" in entry:
-            ops = set().union(*(registry.ir_ops(name) for name in _names(entry["op_type"])))
+            ops = set().union(*(registry.config_op_types(name, f"layer_configs entry {entry!r}: op_type")
+                                for name in _names(entry["op_type"])))
             matched = [n.name for n in graph.nodes if n.op in ops]
             kind = 1
+        elif _names(entry.get("start_tensor_names", [])) == _names(entry.get("end_tensor_names", [])) \
+                == {DEFAULT_LAYER}:   # the whole model (docs/architecture.md §14)
+            matched = [n.name for n in graph.nodes]
+            kind = 0
         elif "start_tensor_names" in entry or "end_tensor_names" in entry:
             matched = sorted(_subgraph_nodes(graph, list(entry.get("start_tensor_names", [])),
                                              list(entry.get("end_tensor_names", []))))
@@ -208,6 +220,8 @@ def _role_bits(config: Mapping[str, Any], role: str) -> int:
 def make_plan(graph: Graph, config: Mapping[str, Any]) -> QuantPlan:
     """The quantization plan of ``graph`` (nodes must be in topological order)."""
     data_types = layer_data_types(graph, config)
+    # layers a pre-quantized graph gives no ranges for stay float (quantization/prequant.py)
+    data_types.update((name, "fp32") for name in graph.meta.get(FLOAT_LAYERS_META, ()))
     producers = {t: n for n in graph.nodes for t in n.outputs}
     quantized: List[str] = []
     anchors: List[str] = []

@@ -198,11 +198,14 @@ def _weight_axis(node, weight: np.ndarray) -> int:
     return weight.ndim - 1
 
 
-def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> None:
+def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any],
+                     weights: Optional[Mapping[str, Tuple[np.ndarray, QParams]]] = None) -> None:
     """Replace the parameter operands of quantized nodes by integer params with qparams.
 
     A parameter read more than once gets one integer copy per quantized use
     (``<param>/<node>``), so float readers and other uses keep their own values.
+    ``weights``: weight param -> (codes, QParams) given by the model itself (a pre-quantized
+    graph's fake-quantized weights, :mod:`.prequant`), used as they are.
     """
     uses = Counter(t for n in q.nodes for t in n.inputs)
     nodes = {n.name: n for n in q.nodes}
@@ -210,7 +213,9 @@ def _quantize_params(q: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> No
     for use in plan.param_uses:
         node = nodes[use.node]
         value = _float_param(use.param, originals[use.param])
-        if use.role == "weight":
+        if use.role == "weight" and weights and use.param in weights:
+            codes, qp = weights[use.param]
+        elif use.role == "weight":
             role = "conv_weights" if node.op == "Conv2D" else "matmul_weights"
             settings = quant_cfg_for(config, role)
             axis = _weight_axis(node, value) if settings.get("is_per_channel", True) else None

@@ -215,7 +215,7 @@ def test_mxnet_checkpoint_build_inspect_and_run(tmp_path, capsys):
     assert main(["build", str(tmp_path / "cfg.yaml"), "--model", str(tmp_path / "mxnet"), "--data",
                  str(tmp_path / "x.npy"), "--forms", "quant,npu", "--no-progress"]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_file()) == [
-        "mxtiny_build.json", "mxtiny_npu-0000.params", "mxtiny_npu-symbol.json", "mxtiny_quant-0000.params", "mxtiny_quant-symbol.json"]
+        "mxtiny_build.json", "mxtiny_effective_config.json", "mxtiny_npu-0000.params", "mxtiny_npu-symbol.json", "mxtiny_quant-0000.params", "mxtiny_quant-symbol.json"]
     prefix = str(tmp_path / "out" / "mxtiny_npu")
     capsys.readouterr()
     assert main(["inspect", prefix, "--json"]) == 0
@@ -324,3 +324,18 @@ def test_write_atomic_leaves_nothing_when_the_writer_fails(tmp_path):
     assert _files(tmp_path) == []
     write_atomic(tmp_path / "model.pb", lambda tmp: Path(tmp).write_bytes(b"whole"))
     assert _files(tmp_path) == ["model.pb"] and (tmp_path / "model.pb").read_bytes() == b"whole"
+
+
+def test_build_and_run_a_multi_batch_model_with_the_compiler_check(tiny, tmp_path, capsys):
+    """docs/multi-batch.md: build prints the profile per compiled batch size and the check's
+    report; run predicts the device time of the split batch."""
+    out_dir = tmp_path / "multi"
+    code = main(["build", str(tiny["config"]), "--model", str(tiny["model"]), "--data", str(tiny["npy"]),
+                 "--set", f"output_dir={out_dir}", "--set", "static_batch_sizes=[1, 4]", "--set", "compiler_check=1",
+                 "--forms", "npu", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "compiled batch 1: latency" in out and "compiled batch 4: latency" in out
+    assert "compiler_check 1: sample 4 rows of the calibration sample" in out and "cosine" in out
+    assert main(["run", str(out_dir / "tiny_npu.pb"), "--input", str(tiny["npy"])]) == 0
+    assert "split over the compiled batch sizes [1, 4]" in capsys.readouterr().out

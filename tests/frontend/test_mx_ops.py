@@ -241,6 +241,25 @@ def test_engine_op_checks_inputs_and_attrs(mx):
         mx.nd.ratel_engine_op(x, z, **{**engine_attrs(engine), "engine": "@@@@"})
 
 
+def test_corrupted_or_old_engines_and_oversized_batches_raise(mx, monkeypatch):
+    """Issue 16 item 3: a flipped weight bit, an engine without its checksum, and sizes beyond
+    the run-time limits (checked in shape inference, before MXNet allocates) are MXNetErrors."""
+    from helpers.engines import flip_constant_bit, without_checksum
+    engine = two_io_engine(2)
+    x = mx.nd.zeros((2, 6, 6, 3), dtype="int8")
+    z = mx.nd.zeros((2, 5), dtype="int32")
+    for bad, message in ((flip_constant_bit(engine.to_bytes()), "checksum mismatch"),
+                         (without_checksum(engine.to_bytes()), "no checksum .* compile the model again")):
+        attrs = {**engine_attrs(engine), "engine": base64.b64encode(bad).decode()}
+        with pytest.raises(mx.base.MXNetError, match=message):
+            mx.nd.ratel_engine_op(x, z, **attrs)[0].asnumpy()
+    monkeypatch.setenv("RATELNN_MAX_TOTAL_BYTES", "2000")
+    with pytest.raises(mx.base.MXNetError, match=r"engine 'mx_test_engine': activation tensors take more than 2000 "
+                                                 r"bytes at batch 9 .* the largest is tensor 'c' \[9,6,6,4\]"):
+        mx.nd.ratel_engine_op(mx.nd.zeros((9, 6, 6, 3), dtype="int8"), mx.nd.zeros((9, 5), dtype="int32"),
+                              **engine_attrs(engine))[0].asnumpy()
+
+
 HOSTILE_SCRIPT = textwrap.dedent("""
     import base64, sys, numpy as np, ratelnn
     from ratelnn.mxnet_compat import import_mxnet

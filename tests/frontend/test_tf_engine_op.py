@@ -15,7 +15,7 @@ import pytest
 
 from ratelnn.npu.engine import EngineBuilder, make_lut, make_softmax_table, quantize_multiplier
 
-from helpers.engines import engine_mutations, engines_without_names
+from helpers.engines import engine_mutations, engines_without_names, flip_constant_bit, without_checksum
 
 import tensorflow as tf
 
@@ -155,6 +155,22 @@ def test_bad_engine_bytes_and_attrs_give_error_status(ops):
         ops.ratel_engine_op(inputs, Tout=tout, engine=data, engine_name="e", core_ids=[1, 1])
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"engine 'e': output_shapes\[1\]"):
         ops.ratel_engine_op(inputs, Tout=tout, engine=data, engine_name="e", output_shapes=[[None, 36], [None, 35]])
+
+
+def test_corrupted_or_old_engines_and_oversized_batches_give_error_status(ops, monkeypatch):
+    """Issue 16 item 3: one flipped weight bit and an engine without its checksum are refused
+    when the kernel is built; sizes beyond the run-time limits before outputs are allocated."""
+    engine = two_input_engine()
+    inputs = random_inputs(engine, 2)
+    tout = [tf.as_dtype(t.dtype) for t in engine.outputs]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"engine 'flip': checksum mismatch .* corrupted"):
+        ops.ratel_engine_op(inputs, Tout=tout, engine=flip_constant_bit(engine.to_bytes()), engine_name="flip")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"engine 'old': no checksum .* compile the model again"):
+        ops.ratel_engine_op(inputs, Tout=tout, engine=without_checksum(engine.to_bytes()), engine_name="old")
+    monkeypatch.setenv("RATELNN_MAX_TENSOR_ELEMENTS", "1000")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"engine 'big': tensor 'x' \[10,6,6,3\] has more than "
+                                                             r"1000 elements at batch 10"):
+        engine_op(ops, engine, random_inputs(engine, 10), name="big")
 
 
 def test_runs_record_predicted_device_time(ops):

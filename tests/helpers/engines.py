@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings, strategies as st
 
 from ratelnn.npu import EngineBuilder, force_isa, supported_isas
-from ratelnn.npu.engine import make_lut, make_softmax_table, qabs, qrange, quantize_multiplier
+from ratelnn.npu.engine import make_lut, make_softmax_table, qabs, qrange, quantize_multiplier, seal
 from ratelnn.proto import engine_pb2 as pb
 
 
@@ -132,7 +132,7 @@ def engines_without_names(graph_def) -> list:
             proto = pb.Engine.FromString(node.attr["engine"].s)
             for item in [*proto.instructions, *proto.constants]:
                 item.name = ""
-            engines.append(proto.SerializeToString())
+            engines.append(seal(proto))
     return engines
 
 
@@ -158,9 +158,27 @@ def engine_mutations(good: bytes, count: int, seed: int) -> list:
             p.CopyFrom(proto)
             t = p.tensors[rng.integers(0, len(p.tensors))]
             t.shape[rng.integers(0, len(t.shape))] = int(rng.choice([1 << 31, 1 << 40, 1 << 62, 0, -1, 1 << 20]))
-            data = bytearray(p.SerializeToString())
+            data = bytearray(seal(p))
         else:
             pos = rng.integers(0, len(data))
             data[pos:pos] = bytes([0xff] * 9 + [0x01])  # a 10-byte varint in the middle
         out.append(bytes(data))
     return out
+
+
+def flip_constant_bit(good: bytes, const: int = 0, bit: int = 3) -> bytes:
+    """``good`` with one bit flipped inside the data of constant ``const`` (a weight): bytes
+    that still parse and validate, with other weights."""
+    data = pb.Engine.FromString(good).constants[const].data
+    at = good.find(data) + len(data) // 2
+    out = bytearray(good)
+    out[at] ^= 1 << bit
+    return bytes(out)
+
+
+def without_checksum(good: bytes) -> bytes:
+    """``good`` as engine format 1.0 wrote it: no checksum field, minor version 0."""
+    proto = pb.Engine.FromString(good)
+    proto.ClearField("checksum")
+    proto.format_version.minor = 0
+    return proto.SerializeToString()

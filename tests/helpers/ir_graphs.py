@@ -25,8 +25,8 @@ def conv_attrs(layout="NHWC", pads=(1, 1, 1, 1), groups=1, act="none", strides=(
     return dict(strides=strides, dilations=(1, 1), pads=pads, groups=groups, layout=layout, act=act, **extra)
 
 
-def random_feeds(g: Graph, rng) -> dict:
-    return {t: rng.normal(0, 1, g.shape(t)).astype(F32) for t in g.inputs}
+def random_feeds(g: Graph, rng, scale: float = 1.0) -> dict:
+    return {t: (rng.normal(0, 1, g.shape(t)) * scale).astype(F32) for t in g.inputs}
 
 
 def evaluated_stats(g: Graph, config, batches) -> dict:
@@ -38,10 +38,10 @@ def evaluated_stats(g: Graph, config, batches) -> dict:
     return {t: TensorStats(lo[t], hi[t], lo[t], hi[t], len(batches), 1) for t in lo}
 
 
-def quantized(g: Graph, config, seed=0) -> Graph:
+def quantized(g: Graph, config, seed=0, data_scale: float = 1.0) -> Graph:
     g.validate()
     rng = np.random.default_rng(seed)
-    return quantize(g, evaluated_stats(g, config, [random_feeds(g, rng) for _ in range(4)]), config)
+    return quantize(g, evaluated_stats(g, config, [random_feeds(g, rng, data_scale) for _ in range(4)]), config)
 
 
 def compile_config(tmp_path, **extra):

@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from ratelnn.npu.engine import Engine, EngineError
+from ratelnn.npu.engine import Engine, EngineError, seal
 from ratelnn.proto import engine_pb2 as pb
 
 from helpers.engines import small_engine_builder
@@ -22,7 +22,7 @@ def test_round_trip_and_view():
     eng = b.build()
     again = Engine.from_bytes(eng.to_bytes())
     assert again.to_bytes() == eng.to_bytes()
-    assert again.name == "fmt_engine" and again.batch_size == 2 and again.format_version == (1, 0)
+    assert again.name == "fmt_engine" and again.batch_size == 2 and again.format_version == (1, 1)
     assert [(t.name, t.shape, t.dtype, t.scale) for t in again.inputs] == [("x", (2, 5, 5, 3), np.dtype("int8"), 0.05)]
     assert [t.name for t in again.outputs] == ["sm", "lut"] and again.outputs[1].dtype == np.dtype("int16")
     assert list(again.proto.core_ids) == [0, 1] and again.proto.split_mode == pb.SPLIT_BATCH
@@ -46,7 +46,7 @@ def mutate_proto(fn):
     b = small_engine_builder()
     b.plan_memory()
     fn(b.proto)
-    return b.proto.SerializeToString()
+    return seal(b.proto)
 
 
 @pytest.mark.parametrize("mutation, message", [
@@ -85,7 +85,7 @@ FUZZ_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
     from helpers.engines import engine_mutations, small_engine_builder
-    from ratelnn.npu.engine import Engine, EngineError
+    from ratelnn.npu.engine import Engine, EngineError, seal
     b = small_engine_builder(); b.plan_memory(); good = b.to_bytes()
     counts = {{"error": 0, "ran": 0}}
     for data in engine_mutations(good, {n}, {seed}):

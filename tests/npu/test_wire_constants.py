@@ -14,7 +14,7 @@ _KINDS = {FieldDescriptor.TYPE_INT32: "int32", FieldDescriptor.TYPE_INT64: "int6
           FieldDescriptor.TYPE_BOOL: "bool", FieldDescriptor.TYPE_DOUBLE: "double",
           FieldDescriptor.TYPE_FLOAT: "float", FieldDescriptor.TYPE_STRING: "string",
           FieldDescriptor.TYPE_BYTES: "bytes", FieldDescriptor.TYPE_MESSAGE: "message",
-          FieldDescriptor.TYPE_ENUM: "enum"}
+          FieldDescriptor.TYPE_ENUM: "enum", FieldDescriptor.TYPE_FIXED32: "fixed32"}
 
 
 def _repeated(field) -> bool:

@@ -37,6 +37,9 @@ def test_wheel_installs_into_an_empty_venv_and_runs_the_quickstart(tmp_path):
                 for p in (ROOT / "ops").rglob("*") if p.suffix in (".cc", ".h", ".inc")}
     assert expected and expected <= shipped
     assert "ratelnn/proto/engine.proto" in names
+    zoo = {p.parent.name for p in (ROOT / "agraph" / "models").glob("*/model.py")}
+    assert {"agraph/__init__.py", "agraph/__main__.py"} <= names  # the zoo ships beside ratelnn
+    assert {f"agraph/models/{m}/{f}" for m in zoo for f in ("model.py", "eval.py")} <= names
     assert not any(n.endswith((".so", ".o")) for n in names)
 
     env_dir = tmp_path / "venv"

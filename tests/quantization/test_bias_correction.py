@@ -1,6 +1,7 @@
 """Bias correction and AdaRound on a hand-built IR graph (BatchNorm -> conv -> relu -> conv,
 per-tensor weights): the properties each pass promises, measured with the numpy evaluator."""
 import numpy as np
+import pytest
 
 from helpers.ir_graphs import add_node, conv_attrs, evaluated_stats
 from ratelnn.ir import Graph
@@ -119,3 +120,22 @@ def test_adaround_lowers_the_layer_error_and_keeps_codes_in_range():
     assert mse(tuned, sample["x"]) < 0.95 * mse(q, sample["x"])
     held_out = _data(64, 21)
     assert mse(tuned, held_out) < mse(q, held_out)
+
+
+def test_passes_lowering_the_held_out_cosine_are_not_applied():
+    """The last quarter of the kept sample is held out: a correction fitted on samples unlike
+    it (here shifted by +3) lowers its output cosine, so it is not applied (with a warning);
+    fitted on samples like it, it is."""
+    from ratelnn.quantization.accuracy import apply_passes
+    g = _graph()
+    q = quantize(g, _stats(g), CONFIG)
+    config = dict(CONFIG, bias_correction="empirical")
+    with pytest.warns(UserWarning, match="lowered the output cosine on the 16 held-out"):
+        out = apply_passes(g, q, config, {"x": np.concatenate([_data(48, 30) + 3.0, _data(16, 31)])})
+    check = out.meta["accuracy_passes"]
+    assert check["applied"] == "none" and check["held_out_cosine"]["bias_correction"] < check["held_out_cosine"]["none"]
+    assert all(np.array_equal(out.params[k], q.params[k]) for k in q.params)
+    out = apply_passes(g, q, config, {"x": np.concatenate([_data(48, 32), _data(16, 33)])})
+    check = out.meta["accuracy_passes"]
+    assert check["applied"] == "bias_correction", check
+    assert check["held_out_cosine"]["bias_correction"] >= check["held_out_cosine"]["none"]

@@ -13,6 +13,7 @@ import base64
 import json
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ...errors import ModelError
 from ...ir import registry
 
 # IR quantization op <-> MXNet custom op
@@ -31,7 +32,10 @@ def node_attrs(node: Mapping[str, Any]) -> Dict[str, str]:
     """The attribute dict of a symbol-JSON node (``attrs``; ``attr``/``param`` in old files)."""
     for key in ("attrs", "attr", "param"):
         if key in node:
-            return dict(node[key] or {})
+            raw = node[key] or {}
+            if not isinstance(raw, Mapping):
+                raise ModelError(f"malformed symbol JSON: node {node.get('name')!r} has {key} that are not an object")
+            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
     return {}
 
 
@@ -42,21 +46,30 @@ def as_bool(value: Optional[str], default: bool) -> bool:
 
 
 def as_int(value: Optional[str], default: int) -> int:
-    return default if value is None or value == "None" else int(value)
+    try:
+        return default if value is None or value == "None" else int(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"attribute value {value!r} is not an integer") from None
 
 
 def as_float(value: Optional[str], default: Optional[float]) -> Optional[float]:
-    return default if value is None or value == "None" else float(value)
+    try:
+        return default if value is None or value == "None" else float(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"attribute value {value!r} is not a number") from None
 
 
 def as_tuple(value: Optional[str], default: Tuple[int, ...] = ()) -> Tuple[int, ...]:
     """``"(3, 3)"`` / ``"[3,3]"`` / ``"3"`` -> ``(3, 3)`` / ``(3,)``; ``None`` -> default."""
     if value is None or value in ("None", ""):
         return tuple(default)
-    parsed = ast.literal_eval(value)
-    if isinstance(parsed, (list, tuple)):
-        return tuple(int(v) for v in parsed)
-    return (int(parsed),)
+    try:
+        parsed = ast.literal_eval(value)
+        if isinstance(parsed, (list, tuple)):
+            return tuple(int(v) for v in parsed)
+        return (int(parsed),)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise ModelError(f"attribute value {value!r} is not an integer or a tuple of integers") from None
 
 
 def tuple_str(values) -> str:
@@ -101,7 +114,10 @@ def encode_custom_attrs(op: str, attrs: Mapping[str, Any]) -> Dict[str, str]:
         return {"engine": base64.b64encode(bytes(attrs["engine"])).decode("ascii"),
                 "engine_name": str(attrs["engine_name"]), "device_id": str(int(attrs.get("device_id", 0))),
                 "core_ids": json.dumps([int(c) for c in attrs.get("core_ids", [])]),
-                "num_outputs": str(int(attrs["num_outputs"]))}
+                "num_outputs": str(int(attrs["num_outputs"])),
+                **({"batch_engines": json.dumps([base64.b64encode(bytes(b)).decode("ascii")
+                                                 for b in attrs["batch_engines"]])}
+                   if attrs.get("batch_engines") else {})}
     raise ValueError(f"{op} is not a ratelnn custom op")
 
 
@@ -123,5 +139,7 @@ def decode_custom_attrs(op: str, attrs: Mapping[str, str]) -> Dict[str, Any]:
     if op == "Engine":
         return {"engine": base64.b64decode(attrs["engine"]), "engine_name": attrs["engine_name"],
                 "device_id": int(attrs.get("device_id", "0")), "core_ids": json.loads(attrs.get("core_ids", "[]")),
-                "num_outputs": int(attrs["num_outputs"])}
+                "num_outputs": int(attrs["num_outputs"]),
+                **({"batch_engines": [base64.b64decode(b) for b in json.loads(attrs["batch_engines"])]}
+                   if attrs.get("batch_engines") else {})}
     raise ValueError(f"{op} is not a ratelnn custom op")

@@ -10,6 +10,7 @@ docs/mxnet.md become ``Opaque`` nodes holding their node JSON.
 from __future__ import annotations
 
 import difflib
+import sys
 import json
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -112,18 +113,54 @@ def _check_input_ranks(model: MXModel, inputs: Dict[str, int], input_shapes, ord
         for i in order:
             node = model.nodes[i]
             kernel = as_tuple(node_attrs(node).get("kernel"))
-            if node["op"] in ("Convolution", "Pooling", "Deconvolution") and kernel \
+            if node["op"] in ("Convolution", "Pooling", "Deconvolution") and kernel and node["inputs"] \
                     and node["inputs"][0][0] == idx and len(shape) != len(kernel) + 2:
                 raise ModelError(f"input_shapes for {name!r} has rank {len(shape)} ({list(shape)}), but "
                                  f"{node['op']} {node['name']!r} with a {len(kernel)}-D kernel needs rank "
                                  f"{len(kernel) + 2}")
 
 
+def _check_output_indices(model: MXModel, order: List[int], outputs: List[Ref]) -> None:
+    """ModelError for an input or head reading an output a node does not have: MXNet itself
+    does not check, and reads out of bounds (a segfault) when it infers shapes.  A variable
+    has one output; an op as many as MXNet builds it with (its attributes, its input count)."""
+    mx = import_mxnet()
+    counts: Dict[int, int] = {}
+
+    def count(i: int) -> int:
+        if i not in counts:
+            node = model.nodes[i]
+            if node["op"] == "null":
+                counts[i] = 1
+            else:
+                attrs = {k: v for k, v in node_attrs(node).items() if not k.startswith("__")}
+                build = getattr(mx.sym, node["op"], None) or getattr(mx.sym._internal, node["op"], None)
+                if build is None:   # not an MXNet op: loading the symbol fails cleanly
+                    counts[i] = sys.maxsize
+                    return counts[i]
+                try:
+                    probe = build(*[mx.sym.Variable(f"in{k}") for k in range(len(node["inputs"]))], name="probe", **attrs)
+                    counts[i] = len(probe.list_outputs())
+                except (mx.base.MXNetError, AttributeError, TypeError, ValueError) as e:
+                    raise ModelError(f"MXNet cannot build {node['op']} node {node['name']!r}: "
+                                     f"{_first_error_line(e)}") from None
+        return counts[i]
+
+    reads = [(ref, f"node {model.nodes[i]['name']!r}") for i in order for ref in _data_inputs(model.nodes[i])]
+    for ref, where in reads + [(ref, "heads") for ref in outputs]:
+        if ref[1] >= count(ref[0]):
+            raise ModelError(f"malformed symbol JSON: {where} reads output {ref[1]} of node "
+                             f"{model.nodes[ref[0]]['name']!r}, which has {count(ref[0])}")
+
+
 def _infer_shapes(model: MXModel, inputs: Dict[str, int], input_shapes, params: List[str],
                   refs: List[Ref]) -> Dict[Ref, Tuple[int, ...]]:
     """Static shape of every ref in ``refs``; checks the params' shapes first."""
     mx = import_mxnet()
-    sym = mx.sym.load_json(model.symbol_json([[i, k, 0] for i, k in refs]))
+    try:
+        sym = mx.sym.load_json(model.symbol_json([[i, k, 0] for i, k in refs]))
+    except mx.base.MXNetError as e:  # MXNet's own checks of ops and attributes
+        raise ModelError(f"MXNet cannot load the symbol: {_first_error_line(e)}") from e
     feeds = {name: tuple(shape) for name, shape in zip(inputs, input_shapes)}
     try:
         arg_shapes, _, aux_shapes = sym.infer_shape_partial(**feeds)
@@ -489,6 +526,9 @@ def _info(imp: _Importer, index: int, k: int, node: Node) -> TensorInfo:
 
 
 # ---------------------------------------------------------------- entry point
+_UNFORESEEN = (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError)
+
+
 def import_symbol(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[str],
                   input_shapes: Sequence[Sequence[int]]) -> Graph:
     """Translate an MXNet model (``(symbol, arg_params, aux_params)`` or checkpoint prefix)
@@ -504,6 +544,7 @@ def import_symbol(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[
     order = _reachable(model, inputs, outputs)
     params = _check_params(model, order, inputs)
     _check_input_ranks(model, inputs, input_shapes, order)
+    _check_output_indices(model, order, outputs)
     if any(model.nodes[i]["op"] in IR_OF_CUSTOM_OP for i in order):
         from ... import oplib
         oplib.mx_init()
@@ -523,7 +564,13 @@ def import_symbol(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[
     imp = _Importer(model, graph, shapes, params)
     imp.count_uses(order)
     for i in compute:
-        _translate(imp, i, used)
+        try:
+            _translate(imp, i, used)
+        except ModelError:
+            raise
+        except _UNFORESEEN as e:  # an attribute or shape the translator did not foresee
+            node = model.nodes[i]
+            raise ModelError(f"cannot translate {node['op']} node {node['name']!r}: {type(e).__name__}: {e}") from e
     graph.outputs = [tensor_name(model, r) for r in outputs]
     for t in graph.outputs:
         if t in imp.param_vars:

@@ -125,6 +125,9 @@ def _parse(sym_json: Any, arg_params: Dict[str, np.ndarray], aux_params: Dict[st
             raise ModelError(f"malformed symbol JSON: duplicate node name {node['name']!r}")
         names.add(node["name"])
         node.setdefault("inputs", [])
+        if not isinstance(node["inputs"], list) or not isinstance(node.get("attrs", {}), dict):
+            raise ModelError(f"malformed symbol JSON: node {node['name']!r} has 'inputs' that are not a list "
+                             "or 'attrs' that are not an object")
         for ref in node["inputs"]:
             _check_ref(ref, i, f"node {node['name']!r}")
     for ref in sym_json["heads"]:
@@ -143,6 +146,9 @@ def _num_outputs(sym_json: Dict[str, Any]) -> List[int]:
     nodes = sym_json["nodes"]
     row_ptr = sym_json.get("node_row_ptr")
     if isinstance(row_ptr, list) and len(row_ptr) == len(nodes) + 1:
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in row_ptr) \
+                or any(row_ptr[i + 1] <= row_ptr[i] for i in range(len(nodes))):
+            raise ModelError("malformed symbol JSON: node_row_ptr is not an increasing list of integers")
         return [row_ptr[i + 1] - row_ptr[i] for i in range(len(nodes))]
     counts = [1] * len(nodes)
     for ref in [r for n in nodes for r in n["inputs"]] + sym_json["heads"]:

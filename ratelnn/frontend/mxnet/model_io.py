@@ -51,6 +51,17 @@ def engine_nodes(nodes: Iterable[Mapping[str, Any]]) -> List[Tuple[str, bytes]]:
     return found
 
 
+def engine_sets(nodes: Iterable[Mapping[str, Any]]) -> List[Tuple[str, List[bytes]]]:
+    """``(engine name, [engine bytes, batch engine bytes...])`` of the ``ratel_engine_op``
+    nodes among symbol-JSON ``nodes``, in order (docs/multi-batch.md)."""
+    found = []
+    for node in nodes:
+        if node["op"] == ENGINE_OP:
+            attrs = decode_custom_attrs("Engine", node_attrs(node))
+            found.append((attrs["engine_name"] or node["name"], [attrs["engine"], *attrs.get("batch_engines", [])]))
+    return found
+
+
 def describe(graph_def: Any) -> Dict[str, Any]:
     """What the model ``graph_def`` (anything :func:`.model.load_model` reads) holds, as
     ``frontend.tensorflow.model_io.describe`` has it; inputs are the variables that are no
@@ -68,4 +79,4 @@ def describe(graph_def: Any) -> Dict[str, Any]:
             ops.append({"name": node["name"], "op": node["op"], "role": OP_ROLES.get(node["op"], "float")})
     return {"inputs": inputs, "outputs": [{"name": tensor_name(model, ref)} for ref in model.heads], "ops": ops,
             "constants_bytes": sum(v.nbytes for v in (*model.arg_params.values(), *model.aux_params.values())),
-            "engines": engine_nodes(model.nodes)}
+            "engines": engine_nodes(model.nodes), "engine_sets": engine_sets(model.nodes)}

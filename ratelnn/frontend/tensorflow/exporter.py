@@ -92,8 +92,8 @@ def _attr_value(value):
             a.list.shape.extend(value)
         elif value and all(isinstance(v, float) for v in value):
             a.list.f.extend(value)
-        elif value and all(isinstance(v, str) for v in value):
-            a.list.s.extend(v.encode() for v in value)
+        elif value and all(isinstance(v, (str, bytes)) for v in value):
+            a.list.s.extend(v.encode() if isinstance(v, str) else v for v in value)
         else:
             a.list.i.extend(int(v) for v in value)
         if not value:
@@ -339,13 +339,16 @@ def _dequant(ex: _Exporter, node: Node, out_name: str) -> None:
 
 def _engine(ex: _Exporter, node: Node, out_name: str) -> None:
     """``RatelEngineOp`` (docs/architecture.md §5); ``output_shapes`` gives TF shape inference the engine
-    output shapes with a free batch dimension (-1)."""
+    output shapes with a free batch dimension (-1); ``batch_engines`` (only when the node has
+    an engine set, docs/multi-batch.md) the engines of the other compiled batch sizes."""
     shapes = [_shape_proto([-1, *ex.graph.shape(t)[1:]]) for t in node.outputs]
     ex.add(out_name, "RatelEngineOp", [ex.ref(t) for t in node.inputs],
            Tin=[ex.dtype_of(t) for t in node.inputs], Tout=[ex.dtype_of(t) for t in node.outputs],
            engine=bytes(node.attrs["engine"]), engine_name=str(node.attrs["engine_name"]),
            device_id=int(node.attrs.get("device_id", 0)),
-           core_ids=[int(c) for c in node.attrs.get("core_ids", [0])], output_shapes=shapes)
+           core_ids=[int(c) for c in node.attrs.get("core_ids", [0])], output_shapes=shapes,
+           **({"batch_engines": [bytes(b) for b in node.attrs["batch_engines"]]}
+              if node.attrs.get("batch_engines") else {}))
 
 
 # IR op -> exporter: the ops with attributes or operands to convert here; the others are one

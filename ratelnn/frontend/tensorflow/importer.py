@@ -8,6 +8,7 @@ operands the IR cannot express) become ``Opaque`` nodes holding their NodeDef.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -119,22 +120,25 @@ def _infer_shapes(graph_def, inputs: List[str], input_shapes, nodes) -> object:
             input_map[name if ":" in name else name + ":0"] = ph
         try:
             tf.compat.v1.import_graph_def(graph_def, input_map=input_map, name="import")
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, tf.errors.OpError) as e:  # OpError: unknown op types
+            found = re.search(r"\{\{node import/([^}]+?)\}\}", str(e))
+            if found and found[1] in nodes:
+                nd = nodes[found[1]]
+                raise ModelError(f"input_shapes {input_shapes}: node {nd.name!r} ({nd.op}) cannot take "
+                                 f"them: {str(e).split(' for ')[0]}") from e
             raise ModelError(f"TensorFlow cannot import the GraphDef with input_shapes {input_shapes}: {e}") from e
     return graph
 
 
 def _check_input_shape(name: str, nd, shape) -> None:
+    """The rank must match the placeholder's; fixed dims may change (docs/architecture.md
+    §14): TensorFlow infers every shape again and names a node that cannot take them."""
     if "shape" not in nd.attr or nd.attr["shape"].shape.unknown_rank:
         return
     declared = [d.size for d in nd.attr["shape"].shape.dim]
     if len(declared) != len(shape):
         raise ModelError(f"input_shapes for {name!r} has rank {len(shape)} ({list(shape)}), "
                          f"but the placeholder has rank {len(declared)} ({declared})")
-    for axis, (want, have) in enumerate(zip(declared, shape)):
-        if want >= 0 and have is not None and want != have:
-            raise ModelError(f"input_shapes for {name!r}: dim {axis} is {have}, "
-                             f"but the placeholder fixes it to {want} ({declared})")
 
 
 # ---------------------------------------------------------------- translation
@@ -202,7 +206,12 @@ class _Importer:
         if nd.op in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault") and not inputs:
             raise ModelError(f"the outputs depend on placeholder {nd.name!r}, which is not in input_nodes")
         translator = _TRANSLATORS.get(nd.op)
-        node = translator(self, nd, inputs) if translator else None
+        # integer or boolean arithmetic (index computations before an embedding's Gather)
+        # stays a framework op: IR ops compute on real numbers and are quantized (ratelnn's
+        # own ops and Cast convert between integers and reals on purpose)
+        integer = not nd.op.startswith("Ratel") and nd.op != "Cast" and \
+            any(not self.info(t).dtype.startswith(("float", "bfloat")) for t in outputs)
+        node = translator(self, nd, inputs) if translator and not integer else None
         if node is None:
             node = Node(nd.name, "Opaque", inputs, outputs,
                         {"framework": "tensorflow", "type": nd.op, "payload": nd.SerializeToString()})
@@ -427,7 +436,8 @@ def _engine(imp, nd, inputs):
     n_outputs = len(nd.attr["Tout"].list.type)
     return Node(nd.name, "Engine", inputs, [nd.name] * n_outputs, {
         "engine": bytes(nd.attr["engine"].s), "engine_name": _attr(nd, "engine_name"),
-        "device_id": int(_attr(nd, "device_id", 0)), "core_ids": [int(c) for c in _attr(nd, "core_ids", [0])]})
+        "device_id": int(_attr(nd, "device_id", 0)), "core_ids": [int(c) for c in _attr(nd, "core_ids", [0])],
+        **({"batch_engines": list(nd.attr["batch_engines"].list.s)} if "batch_engines" in nd.attr else {})})
 
 
 def _scale_attrs(nd) -> dict:
@@ -456,6 +466,9 @@ _TRANSLATORS: Dict[str, Callable] = registry.frontend_table("tf", {
 
 
 # ---------------------------------------------------------------- entry point
+_UNFORESEEN = (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError)
+
+
 def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequence[str],
                     input_shapes: Sequence[Sequence[int]],
                     max_expanded_constant_bytes: Optional[int] = None) -> Graph:
@@ -496,7 +509,12 @@ def import_graphdef(graph_def, input_nodes: Sequence[str], output_nodes: Sequenc
     for name in inputs:
         graph.add_input(name, imp.info(name).shape, imp.info(name).dtype)
     for nd in _reachable(nodes, inputs, outputs):
-        imp.translate(nd)
+        try:
+            imp.translate(nd)
+        except ModelError:
+            raise
+        except _UNFORESEEN as e:  # an attribute or constant the translator did not foresee
+            raise ModelError(f"cannot translate {nd.op} node {nd.name!r}: {type(e).__name__}: {e}") from e
     graph.outputs = list(outputs)
     try:
         graph.toposort()

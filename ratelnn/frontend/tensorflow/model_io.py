@@ -37,11 +37,20 @@ def engine_nodes(graph_def: Any) -> List[Tuple[str, bytes]]:
             for nd in graph_def.node if nd.op == ENGINE_OP]
 
 
+def engine_sets(graph_def: Any) -> List[Tuple[str, List[bytes]]]:
+    """``(engine name, [engine bytes, batch engine bytes...])`` of the ``RatelEngineOp``
+    nodes, in graph order: each node's engine set (docs/multi-batch.md)."""
+    return [(nd.attr["engine_name"].s.decode(errors="replace") or nd.name,
+             [nd.attr["engine"].s, *(nd.attr["batch_engines"].list.s if "batch_engines" in nd.attr else [])])
+            for nd in graph_def.node if nd.op == ENGINE_OP]
+
+
 def describe(graph_def: Any) -> Dict[str, Any]:
     """What ``graph_def`` holds: ``inputs`` (Placeholders: name, dtype, shape with None for free
     sizes, None if the rank is unknown), ``outputs`` (computing nodes nothing consumes), ``ops``
     (computing nodes outside engines: name, op, role ``quantize``, ``dequantize``,
-    ``calibration`` or ``float``), ``constants_bytes``, ``engines`` (:func:`engine_nodes`)."""
+    ``calibration`` or ``float``), ``constants_bytes``, ``engines`` (:func:`engine_nodes`),
+    ``engine_sets`` (:func:`engine_sets`)."""
     import tensorflow as tf
     consumed = {ref.lstrip("^").split(":")[0] for nd in graph_def.node for ref in nd.input}
     inputs = [{"name": nd.name, "dtype": tf.dtypes.as_dtype(nd.attr["dtype"].type).name,
@@ -53,4 +62,4 @@ def describe(graph_def: Any) -> Dict[str, Any]:
            if nd.op not in STRUCTURAL_OPS and nd.op != ENGINE_OP]
     constants = sum(nd.attr["value"].tensor.ByteSize() for nd in graph_def.node if nd.op == "Const")
     return {"inputs": inputs, "outputs": outputs, "ops": ops, "constants_bytes": constants,
-            "engines": engine_nodes(graph_def)}
+            "engines": engine_nodes(graph_def), "engine_sets": engine_sets(graph_def)}

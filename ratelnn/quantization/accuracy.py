@@ -1,0 +1,93 @@
+"""Apply the data-driven accuracy passes (AdaRound, bias correction) only where they help
+(docs/quantization.md §8, "Checked on held-out samples").
+
+The kept calibration sample is split: the last quarter (at least 4 samples, when the sample
+has 8 or more) is held out, the passes are fitted on the rest, and each combination the
+config asks for (AdaRound + correction, AdaRound alone, correction alone, none) is scored by
+the cosine similarity of the quantized model's outputs to the float model's on the held-out
+samples.  The best wins; ties go to the most passes applied.  So the passes never lower that
+metric on the held-out part.  With fewer than 8 samples nothing is held out and the passes are
+applied unchecked.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+
+from ..ir import Graph
+from ..ir.evaluate import evaluate
+from .adaround import adaround
+from .bias_correction import correct_biases, correct_biases_analytic
+from .emit import emit_qdq
+from .layerwalk import chunked
+
+MIN_CHECKED_SAMPLES = 8
+
+
+def split_sample(sample: Mapping[str, np.ndarray]):
+    """(fit part, held-out part or None) of the kept sample."""
+    n = min(len(v) for v in sample.values())
+    if n < MIN_CHECKED_SAMPLES:
+        return sample, None
+    held = max(4, n // 4)
+    return ({k: v[:n - held] for k, v in sample.items()}, {k: v[n - held:] for k, v in sample.items()})
+
+
+def output_cosine(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
+    """(cosine of the QDQ model's outputs to the float model's over ``sample``, the float
+    outputs): all outputs flattened together, real rows only."""
+    feeds, real = chunked(sample, (config.get("input_shapes") or [[None]])[0][0])
+    qdq = emit_qdq(qgraph, config)
+    if reference is None:
+        reference = [np.concatenate([np.asarray(v, np.float64)[:r].ravel() for v in evaluate(graph, f).values()])
+                     for f, r in zip(feeds, real)]
+    q = [np.concatenate([np.asarray(v, np.float64)[:r].ravel() for v in evaluate(qdq, f, graph.outputs).values()])
+         for f, r in zip(feeds, real)]
+    f_all, q_all = np.concatenate(reference), np.concatenate(q)
+    norm = np.linalg.norm(f_all) * np.linalg.norm(q_all)
+    return (float(f_all @ q_all / norm) if norm > 0 else float(np.array_equal(f_all, q_all))), reference
+
+
+def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
+                 sample: Optional[Mapping[str, np.ndarray]]) -> Graph:
+    """``qgraph`` (quantized from ``graph``) with the passes ``config`` asks for that do not
+    lower the held-out output cosine (module docstring); the choice is recorded in
+    ``meta["accuracy_passes"]``."""
+    ada = int(config.get("adaround_iterations", 0)) > 0
+    correction = config.get("bias_correction", "none")
+    if not ada and correction == "none":
+        return qgraph
+    fit, held = split_sample(sample) if sample is not None else (None, None)
+
+    def corrected(q: Graph) -> Graph:
+        q = q.copy()
+        if correction == "empirical":
+            return correct_biases(graph, q, config, fit)
+        return correct_biases_analytic(graph, q, config)
+
+    candidates: Dict[str, Graph] = {}
+    if ada:
+        rounded = adaround(graph, qgraph.copy(), config, fit)
+        if correction != "none":
+            candidates["adaround+bias_correction"] = corrected(rounded)
+        candidates["adaround"] = rounded
+    if correction != "none":
+        candidates["bias_correction"] = corrected(qgraph)
+    candidates["none"] = qgraph
+    if held is None:
+        chosen, scores = next(iter(candidates)), {}
+    else:
+        scores, reference = {}, None
+        for name, q in candidates.items():
+            scores[name], reference = output_cosine(graph, q, config, held, reference)
+        chosen = max(candidates, key=lambda name: scores[name])   # first (most passes) on ties
+        wanted = next(iter(candidates))
+        if chosen != wanted:
+            warnings.warn(f"accuracy passes: {wanted} lowered the output cosine on the {len(next(iter(held.values())))} "
+                          f"held-out calibration samples ({scores[wanted]:.6f} vs {scores[chosen]:.6f} with "
+                          f"{chosen}); using {chosen}", UserWarning, stacklevel=3)
+    result = candidates[chosen]
+    result.meta["accuracy_passes"] = {"applied": chosen, "held_out_cosine": scores}
+    return result

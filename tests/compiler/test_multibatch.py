@@ -1,0 +1,247 @@
+"""Issue 15 items 3 and 4: engine sets (docs/multi-batch.md).
+
+One compiled model (``static_batch_sizes`` or ``max_dynamic_batch_size``) serves batches 1,
+3, 4, 9 and 16 through the real TensorFlow and MXNet engine ops with outputs bit-identical
+to batch-1 runs; the compiler is never called at run time; the device-time account of a run
+is the sum of its chunks at their compiled batch sizes (padding included), which checks the
+C++ split rule against ratelnn/npu/batching.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ratelnn
+from ratelnn.compiler import compile as compile_mod
+from ratelnn.compiler import run_compiled
+from ratelnn.config import ConfigError
+from ratelnn.errors import RatelError
+from ratelnn.npu import batching
+from ratelnn.npu.batching import decode_engine_set, plan_batches
+from ratelnn.npu.device_time import device_time, reset_device_time
+from ratelnn.profile import profile_batch_sizes, run_latency
+from ratelnn.runners import run_model
+
+BATCHES = (1, 3, 4, 9, 16)
+
+
+def _tf_model():
+    import tensorflow as tf
+    from tensorflow.keras import layers
+
+    from ratelnn.frontend.tensorflow import freeze_keras
+    tf.keras.utils.set_random_seed(0)
+    inp = tf.keras.Input((8, 8, 3))
+    x = layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Flatten()(x)
+    out = layers.Dense(5)(x)
+    return freeze_keras(tf.keras.Model(inp, out))
+
+
+def _no_compiling(monkeypatch):
+    """Make any compile step at run time fail loudly."""
+    def boom(*args, **kwargs):
+        raise AssertionError("the compiler ran at run time")
+    monkeypatch.setattr(compile_mod, "lower_region", boom)
+    monkeypatch.setattr(compile_mod, "rebatch", boom)
+    monkeypatch.setattr(batching, "rebatch", boom)
+
+
+def _engine_sets(graph_def):
+    nodes = [nd for nd in graph_def.node if nd.op == "RatelEngineOp"]
+    assert nodes
+    return {nd.attr["engine_name"].s.decode():
+            decode_engine_set(nd.attr["engine"].s, list(nd.attr["batch_engines"].list.s)) for nd in nodes}
+
+
+def _expected_cycles(engines, n):
+    """Device-time cycles of one run of n samples (docs/multi-batch.md): each chunk at its
+    compiled batch on the busiest core of a batch-split engine."""
+    by_size = {e.batch_size: e for e in engines}
+    total = 0.0
+    for size, _, _ in plan_batches(list(by_size), n):
+        e = by_size[size]
+        cores = len(e.proto.core_ids)
+        total += sum(i.cycles for i in e.instructions) / size * -(-size // cores)
+    return total
+
+
+def _check_batches(framework, model, input_name, output_name, x):
+    single = np.concatenate([run_model(framework, model, {input_name: x[i:i + 1]}, [output_name])[0]
+                             for i in range(max(BATCHES))])
+    for batch in BATCHES:
+        got = run_model(framework, model, {input_name: x[:batch]}, [output_name])[0]
+        np.testing.assert_array_equal(got, single[:batch], err_msg=f"batch {batch}")
+
+
+def test_plan_batches_rule():
+    assert plan_batches([1, 4, 16], 9) == [(16, 0, 9)]
+    assert plan_batches([1, 4, 16], 4) == [(4, 0, 4)]
+    assert plan_batches([1, 4, 16], 35) == [(16, 0, 16), (16, 16, 16), (4, 32, 3)]
+    assert plan_batches([1, 2, 4, 8], 9) == [(8, 0, 8), (1, 8, 1)]
+    assert plan_batches([4], 0) == []
+    assert compile_mod.engine_batch_sizes({"max_dynamic_batch_size": 8}) == [1, 2, 4, 8]
+    assert compile_mod.engine_batch_sizes({"max_dynamic_batch_size": 6}) == [1, 2, 4, 6]
+    assert compile_mod.engine_batch_sizes({"static_batch_sizes": [16, 1, 4]}) == [1, 4, 16]
+    assert compile_mod.engine_batch_sizes({}) == []
+
+
+def test_config_keys_are_checked(tmp_path):
+    from ratelnn.config import normalize
+    base = {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[1, 4]], "output_dir": str(tmp_path)}
+    for bad, key in (({"static_batch_sizes": [0, 4]}, "static_batch_sizes"),
+                     ({"static_batch_sizes": [1.5]}, "static_batch_sizes"),
+                     ({"max_dynamic_batch_size": -2}, "max_dynamic_batch_size"),
+                     ({"compiler_check": 5}, "compiler_check"),
+                     ({"static_batch_sizes": [4], "max_dynamic_batch_size": 8}, "max_dynamic_batch_size")):
+        with pytest.raises(ConfigError, match=key):
+            normalize({**base, **bad}, "tensorflow")
+
+
+def test_tensorflow_static_batch_sizes(tmp_path, monkeypatch, capsys):
+    from ratelnn.frontend.tensorflow import converter
+    ratelnn.tf_init()
+    graph_def, ins, outs = _tf_model()
+    rng = np.random.default_rng(0)
+    c = converter(graph_def, {"input_nodes": ins, "output_nodes": outs, "input_shapes": [[2, 8, 8, 3]],
+                              "output_dir": str(tmp_path), "static_batch_sizes": [16, 1, 4]})
+    c.calibrate(rng.random((16, 8, 8, 3), dtype=np.float32), progress=False)
+    npu = c.to_npu()
+    sets = _engine_sets(npu)
+    for engines in sets.values():
+        assert [e.batch_size for e in engines] == [1, 4, 16]
+        assert engines[2].proto.sram_bytes > engines[0].proto.sram_bytes   # planned per batch size
+    _no_compiling(monkeypatch)
+    x = rng.random((16, 8, 8, 3), dtype=np.float32)
+    _check_batches("tensorflow", npu, ins[0], outs[0], x)
+    # the account follows the split: 9 -> one padded 16; 20 -> 16 + a padded 4
+    for n in (9, 20):
+        reset_device_time()
+        run_model("tensorflow", npu, {ins[0]: np.resize(x, (n, 8, 8, 3))}, [outs[0]])
+        for name, engines in sets.items():
+            t = device_time(name)
+            assert (t.runs, t.samples) == (1, n)
+            assert t.cycles == pytest.approx(_expected_cycles(engines, n), rel=1e-9)
+    # the cost model per compiled batch size: ratelnn.profile and `ratelnn inspect`
+    per_size = profile_batch_sizes(npu)
+    assert sorted(per_size) == [1, 4, 16]
+    assert per_size[16].throughput > per_size[1].throughput
+    assert run_latency(npu, 20) == pytest.approx(per_size[16].latency_s + per_size[4].latency_s)
+    path = tmp_path / "npu.pb"
+    path.write_bytes(npu.SerializeToString())
+    from ratelnn.cli import main
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "compiled batch sizes" in text
+    for size in (1, 4, 16):
+        assert f"{per_size[size].throughput:,.0f}" in text
+
+
+def test_tensorflow_single_engine_is_the_old_format(tmp_path):
+    from ratelnn.frontend.tensorflow import converter
+    ratelnn.tf_init()
+    graph_def, ins, outs = _tf_model()
+    c = converter(graph_def, {"input_nodes": ins, "output_nodes": outs, "input_shapes": [[1, 8, 8, 3]],
+                              "output_dir": str(tmp_path)})
+    c.calibrate(np.random.default_rng(1).random((4, 8, 8, 3), dtype=np.float32), progress=False)
+    npu = c.to_npu()
+    assert all("batch_engines" not in nd.attr for nd in npu.node if nd.op == "RatelEngineOp")
+
+
+def test_tensorflow_mismatched_engine_set_is_an_error(tmp_path):
+    """An engine set whose engines disagree: a clear error naming the engine node."""
+    import tensorflow as tf
+
+    from ratelnn.frontend.tensorflow import converter
+    ratelnn.tf_init()
+    graph_def, ins, outs = _tf_model()
+    c = converter(graph_def, {"input_nodes": ins, "output_nodes": outs, "input_shapes": [[1, 8, 8, 3]],
+                              "output_dir": str(tmp_path), "static_batch_sizes": [1, 2]})
+    c.calibrate(np.random.default_rng(1).random((4, 8, 8, 3), dtype=np.float32), progress=False)
+    npu = c.to_npu()
+    def variant(change):
+        model = type(npu)()
+        model.CopyFrom(npu)
+        node = next(nd for nd in model.node if nd.op == "RatelEngineOp")
+        change(node)
+        return model, node
+
+    def not_ascending(node):
+        first = decode_engine_set(node.attr["engine"].s)[0]
+        node.attr["batch_engines"].list.s[0] = batching.rebatch(first, 1).to_bytes()
+
+    def truncated(node):
+        node.attr["batch_engines"].list.s[0] = node.attr["batch_engines"].list.s[0][:40]
+
+    model, node = variant(not_ascending)
+    name = node.attr["engine_name"].s.decode()
+    with pytest.raises(RatelError, match="ascending"):
+        decode_engine_set(node.attr["engine"].s, list(node.attr["batch_engines"].list.s), name)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{name}.*ascending"):
+        run_model("tensorflow", model, {ins[0]: np.zeros((2, 8, 8, 3), np.float32)}, [outs[0]])
+    model, node = variant(truncated)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"engine '{name}'") as err:
+        run_model("tensorflow", model, {ins[0]: np.zeros((2, 8, 8, 3), np.float32)}, [outs[0]])
+    assert "ascending" not in str(err.value)
+
+
+def test_mxnet_dynamic_batch(tmp_path, monkeypatch):
+    from ratelnn.frontend.mxnet import converter
+    from ratelnn.mxnet_compat import import_mxnet
+    ratelnn.mx_init()
+    mx = import_mxnet()
+    data = mx.sym.var("data")
+    x = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, pad=(1, 1), name="conv")
+    x = mx.sym.Activation(x, act_type="relu", name="relu")
+    x = mx.sym.Reshape(x, shape=(0, -1), name="flat")
+    out = mx.sym.FullyConnected(x, num_hidden=6, name="out")
+    rng = np.random.default_rng(0)
+    args = {"conv_weight": rng.standard_normal((4, 3, 3, 3)), "conv_bias": rng.standard_normal(4),
+            "out_weight": rng.standard_normal((6, 256)) * 0.05, "out_bias": rng.standard_normal(6)}
+    model = (out, {k: mx.nd.array(v.astype(np.float32)) for k, v in args.items()}, {})
+    c = converter(model, {"input_nodes": ["data"], "output_nodes": ["out"], "input_shapes": [[1, 3, 8, 8]],
+                          "output_dir": str(tmp_path), "max_dynamic_batch_size": 8})
+    c.calibrate(rng.random((8, 3, 8, 8), dtype=np.float32), progress=False)
+    npu = c.to_npu()
+    compiled = c.handler.import_graph(npu, c.config)
+    engine_nodes = [n for n in compiled.nodes if n.op == "Engine"]
+    assert engine_nodes
+    for n in engine_nodes:
+        engines = decode_engine_set(n.attrs["engine"], n.attrs["batch_engines"])
+        assert [e.batch_size for e in engines] == [1, 2, 4, 8]
+    _no_compiling(monkeypatch)
+    x = rng.random((16, 3, 8, 8), dtype=np.float32)
+    _check_batches("mxnet", npu, "data", "out", x)
+    # the IR's Python runner splits the same way (native executor): same bits as the MXNet op
+    ir_out = run_compiled(compiled, {"data": x[:9]}, backend="native")[compiled.outputs[0]]
+    np.testing.assert_array_equal(ir_out, run_model("mxnet", npu, {"data": x[:9]}, ["out"])[0])
+    reset_device_time()
+    run_model("mxnet", npu, {"data": x[:9]}, ["out"])
+    for n in engine_nodes:
+        engines = decode_engine_set(n.attrs["engine"], n.attrs["batch_engines"])
+        t = device_time(n.attrs["engine_name"])
+        assert (t.runs, t.samples) == (1, 9)
+        assert t.cycles == pytest.approx(_expected_cycles(engines, 9), rel=1e-9)
+
+
+def test_joint_placement_stamps_every_engine_of_a_set(tmp_path):
+    """compile_jointly writes the scheme's cores into each engine of a set, which stays
+    consistent and runs the batch split (IR graphs, reference executor)."""
+    from helpers.ir_graphs import build_cnn, compile_config, quantized
+
+    from ratelnn.joint.compile import compile_jointly
+    configs = [compile_config(tmp_path, model_name=f"cnn{i}", static_batch_sizes=[1, 4]) for i in range(2)]
+    qgraphs = [quantized(build_cnn("NHWC", seed=i), c) for i, c in enumerate(configs)]
+    for i, q in enumerate(qgraphs):
+        q.name = f"cnn{i}"
+    compiled, _, scheme = compile_jointly(qgraphs, configs, {0: 4})
+    placed = {a.engine_name: a for a in scheme.engines}
+    for graph in compiled:
+        for node in (n for n in graph.nodes if n.op == "Engine"):
+            engines = decode_engine_set(node.attrs["engine"], node.attrs["batch_engines"], node.attrs["engine_name"])
+            assert [e.batch_size for e in engines] == [1, 4]
+            assert all(list(e.proto.core_ids) == list(placed[node.attrs["engine_name"]].core_ids) for e in engines)
+        x = np.random.default_rng(0).standard_normal((5,) + tuple(graph.shape(graph.inputs[0])[1:])).astype(np.float32)
+        rows = [run_compiled(graph, {graph.inputs[0]: x[i:i + 1]})[graph.outputs[0]] for i in range(5)]
+        np.testing.assert_array_equal(run_compiled(graph, {graph.inputs[0]: x})[graph.outputs[0]], np.concatenate(rows))
