@@ -570,6 +570,15 @@ def _quant_rows(conv, stats, extra_layer_configs, feeds, float_values) -> tuple:
     return _rows(conv, qgraph, nodes, acc), similarity(float_values[out], got[out])["sqnr_db"]
 
 
+def layer_rows(conv, feeds: Mapping[str, np.ndarray]) -> List[LayerRow]:
+    """The :class:`LayerRow` of every quantized layer of ``conv``'s quantized model (its
+    config, statistics in its ``output_dir``) against the float model on one batch ``feeds``;
+    raises ``ratelnn.ir.evaluate.EvaluationError`` when the numpy evaluator cannot run the
+    graph (Opaque framework ops)."""
+    from .calibration.stats import load_statistics
+    return _quant_rows(conv, load_statistics(conv.config["output_dir"]), [], feeds, {})[0]
+
+
 def _precision_options(conv, row: LayerRow) -> List[tuple]:
     """(data_type, layer_configs entries) to try for ``row``, in order: the layer in int16, then
     in fp32; a graph input cannot be fp32 itself, so its fp32 option is its readers in fp32."""

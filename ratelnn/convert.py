@@ -34,6 +34,7 @@ class ConvertImpl:
         self.handler = model_handler
         self.config = config_mod.normalize(config, model_handler.framework)
         self.device_info = dict(device_info or {})
+        self.source = graph_def   # the framework model, for converters of other configs (tune)
         self.graph: Graph = model_handler.import_graph(graph_def, self.config)
         if self.config["equalization"]:   # before calibration: the statistics are of this graph
             from .ir.equalize import equalize
@@ -221,6 +222,25 @@ class ConvertImpl:
         float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
         return analyze(self, data, against, batch_size, max_batches, progress, executor, method)
+
+    def tune(self, data: Any, metric: Any = None, target: float = 0.99, max_latency_ratio: float = 1.3,
+             max_evals: int = 40, time_budget_s: Optional[float] = None, calibration_data: Any = None,
+             batch_size: Optional[int] = None, progress: bool = True, passes: Any = None):
+        """Search methods, accuracy passes and per-layer int8/int16/fp32 for the cheapest
+        configuration (NPU cost model) whose ``metric`` on ``data`` reaches ``target``
+        (docs/quantization.md "Accuracy tuning", docs/architecture.md §12).
+
+        ``metric``: None = lowest cosine over the outputs of the compiled model to FP32, or
+        ``metric(outputs, data) -> float`` (outputs: one array per output node, all samples);
+        ``max_latency_ratio``: latency limit as a multiple of the all-int8 model's;
+        ``max_evals`` / ``time_budget_s``: stop there with the best found;
+        ``calibration_data``: data to calibrate on (default ``data``); ``passes``: the
+        accuracy-pass keys to try (default every one the config knows).  Statistics go to
+        ``<output_dir>/tune/``.  Returns a :class:`ratelnn.tune.TuneResult` (``.config``,
+        ``.pareto``, ``.plot(path)``, ``.table()``)."""
+        from .tune import tune
+        return tune(self, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
+                    calibration_data, batch_size, progress, passes)
 
 
 def _random_feeds(qgraph: Graph) -> Dict[str, np.ndarray]:

@@ -27,7 +27,7 @@ LAYERS = [
     ("compiler", ["ratelnn.compiler"]),
     ("frontend", ["ratelnn.frontend"]),
     ("api", ["ratelnn.convert", "ratelnn.analysis", "ratelnn.profile", "ratelnn.ratelnn_runtime",
-             "ratelnn.distributed"]),
+             "ratelnn.distributed", "ratelnn.tune"]),
     ("joint", ["ratelnn.joint"]),
     ("entry points", ["ratelnn.cli", "ratelnn.__main__", "ratelnn.testing"]),
 ]

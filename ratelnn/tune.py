@@ -1,0 +1,596 @@
+"""Accuracy-driven search of quantization choices (docs/architecture.md §12,
+docs/quantization.md "Accuracy tuning"): :func:`tune` (``ConvertImpl.tune``).
+
+Every candidate is a plain dict of config keys (``quantize_algorithm``, ``auto_int16``,
+``layer_configs`` and the accuracy passes' keys).  It is quantized from statistics already
+recorded, compiled (``compile_graph``), priced with the NPU cost model
+(:func:`ratelnn.profile.profile`: predicted latency of one inference, SRAM fit) plus a host
+estimate for layers it moves off the NPU (:data:`HOST_FLOAT_MACS_PER_S`), and judged by
+running the compiled model in its framework on ``data`` (engines on the emulated NPU: the
+integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``,
+``time_budget_s``):
+
+1. methods: ``naive``, ``kld``, ``percentile``, ``mse`` (all int8, ``auto_int16`` off); the
+   ``naive`` one is the *all-int8 baseline* whose latency ``max_latency_ratio`` refers to;
+2. passes on the best so far, one at a time, kept when they raise the metric:
+   ``equalization``, ``bias_correction``, ``adaround_iterations`` (a key the config does not
+   know is skipped; they cost no latency);
+3. while the target is not met: ``auto_int16`` at its defaults and with a larger budget;
+4. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
+   :meth:`Tuner._prefixes`), by the SQNR each loses (``analysis.layer_rows``) or, where the
+   numpy evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts;
+5. once met: layer entries dropped again, one at a time, while the target still holds.
+
+Statistics: one calibration per set of pass settings that needs its own (a pass that changes
+the float graph, or whose quantizer reads statistics the base calibration lacks), each in
+``<output_dir>/tune/<name>``; every method reads the same histograms.  ``TuneResult.config``
+names that folder, so ``converter(graph_def, dict(config, **result.config))`` rebuilds the
+chosen model without calibrating (engines byte-identical).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import CalibrationError, RatelError
+
+METHODS = ("naive", "kld", "percentile", "mse")
+# accuracy passes (issue 14): config key -> values tried, in order; skipped while the
+# config does not know the key (docs/quantization.md)
+PASSES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
+    ("equalization", (True,)),
+    ("bias_correction", ("empirical", "analytic")),
+    ("adaround_iterations", (200,)),
+)
+PASS_OFF = {"equalization": False, "bias_correction": "none", "adaround_iterations": 0}
+# Assumed host throughput for layers a candidate keeps in fp32 (they leave the NPU and run on
+# the CPU): 50 G multiply-adds/s, a few AVX-512 cores in float32.  Only the layers the
+# candidate moves off the NPU are charged; ops every candidate leaves on the CPU are not.
+HOST_FLOAT_MACS_PER_S = 50e9
+HOST_LAYER_OVERHEAD_S = 2e-6   # assumed per host op (dispatch, a quantization border)
+# auto_int16 (docs/quantization.md §4) at its defaults, then with a larger budget
+AUTO_INT16 = (("auto_int16", {"auto_int16": True}),
+              ("auto_int16 (40 dB, 30%)", {"auto_int16": True, "auto_int16_sqnr_db": 40.0,
+                                           "auto_int16_max_fraction": 0.3}))
+MIN_GAIN = 1e-4          # a change is kept when it raises the metric by more than this
+
+
+# ------------------------------------------------------------------ results
+@dataclasses.dataclass
+class Point:
+    """One evaluated candidate: ``settings`` (config keys), ``metric`` (None: not run, see
+    ``note``), ``latency_s`` (predicted, one inference: engines + host time of its fp32
+    layers), ``fits_sram`` (every engine's weights and working set fit a core's SRAM)."""
+
+    label: str
+    settings: Dict[str, Any]
+    metric: Optional[float]
+    latency_s: float
+    fits_sram: bool
+    seconds: float
+    note: str = ""
+    engines_sha256: str = ""   # of the compiled model's engine bytes, in graph order
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """What :func:`tune` found.
+
+    ``config``: the chosen candidate's config keys (with its ``output_dir``), a plain dict;
+    ``metric``, ``latency_s``: its figures; ``baseline_latency_s``: the all-int8 latency;
+    ``met``: whether it meets ``target`` within ``max_latency_ratio``; ``pareto``: the
+    non-dominated points, latency ascending and metric strictly ascending; ``history``: every
+    point in order; ``fp32_metric``: the metric of the float model; ``stopped``: why the
+    search ended."""
+
+    config: Dict[str, Any]
+    metric: float
+    latency_s: float
+    baseline_latency_s: float
+    target: float
+    max_latency_ratio: float
+    met: bool
+    pareto: List[Point]
+    history: List[Point]
+    fp32_metric: float
+    stopped: str
+    chosen: Point
+
+    @property
+    def latency_ratio(self) -> float:
+        return self.latency_s / self.baseline_latency_s if self.baseline_latency_s else math.nan
+
+    def table(self) -> str:
+        """History as aligned text: label, metric, latency (us), ratio, kept on the front."""
+        front = {id(p) for p in self.pareto}
+        lines = [f"{'candidate':<48} {'metric':>9} {'latency us':>11} {'ratio':>6}  front  note"]
+        for p in self.history:
+            metric = "-" if p.metric is None else f"{p.metric:.5f}"
+            lines.append(f"{p.label[:48]:<48} {metric:>9} {p.latency_s * 1e6:>11.2f} "
+                         f"{p.latency_s / self.baseline_latency_s:>6.3f}  {'*' if id(p) in front else ' ':^5}  {p.note}")
+        lines.append(f"chosen: {self.chosen.label} (metric {self.metric:.5f}, latency ratio "
+                     f"{self.latency_ratio:.3f}, target {'met' if self.met else 'NOT met'}; {self.stopped})")
+        return "\n".join(lines)
+
+    def plot(self, path: str) -> str:
+        """Draw metric vs predicted latency (every point, the front, target, latency limit,
+        the choice) into the image ``path`` (PNG by extension); returns ``path``."""
+        import matplotlib
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        try:
+            run = [p for p in self.history if p.metric is not None]
+            ax.scatter([p.latency_s * 1e6 for p in run], [p.metric for p in run], s=14, c="0.6",
+                       label="candidates")
+            ax.step([p.latency_s * 1e6 for p in self.pareto], [p.metric for p in self.pareto], "o-",
+                    where="post", c="C0", label="Pareto front")
+            ax.axhline(self.target, ls="--", c="C2", label=f"target {self.target:g}")
+            ax.axvline(self.baseline_latency_s * self.max_latency_ratio * 1e6, ls=":", c="C3",
+                       label=f"{self.max_latency_ratio:g} x all-int8 latency")
+            ax.scatter([self.latency_s * 1e6], [self.metric], s=90, facecolors="none", edgecolors="C1",
+                       linewidths=2, label="chosen")
+            ax.set_xlabel("predicted NPU latency per inference (us)")
+            ax.set_ylabel("metric")
+            ax.legend(fontsize=8, loc="lower right")
+            fig.tight_layout()
+            fig.savefig(path)
+        finally:
+            plt.close(fig)
+        return path
+
+
+def pareto_front(points: Sequence[Point]) -> List[Point]:
+    """Points with a metric not dominated by another (lower or equal latency and higher or
+    equal metric, one of them strictly): latency ascending, metric strictly ascending."""
+    front: List[Point] = []
+    for p in sorted((p for p in points if p.metric is not None), key=lambda p: (p.latency_s, -p.metric)):
+        if not front or p.metric > front[-1].metric:
+            front.append(p)
+    return front
+
+
+def cosine_metric(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    """The lowest over the model's outputs of the cosine similarity of all its values to
+    the float model's (as bench/real_models.py reports)."""
+    result = 1.0
+    for q, f in zip(outputs, reference):
+        q, f = np.asarray(q, np.float64).ravel(), np.asarray(f, np.float64).ravel()
+        norm = np.linalg.norm(q) * np.linalg.norm(f)
+        result = min(result, float(q @ f / norm) if norm > 0 else float(np.array_equal(q, f)))
+    return result
+
+
+# ------------------------------------------------------------------ the search
+class _Budget(Exception):
+    """The evaluation or time budget is spent."""
+
+
+class Tuner:
+    """One search (see the module docstring); :meth:`run` returns the :class:`TuneResult`."""
+
+    def __init__(self, conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
+                 max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
+                 calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
+                 passes: Optional[Sequence[str]] = None) -> None:
+        from .calibration.progress import Progress
+        from .config import ConfigError
+        for name, value, ok, expected in (
+                ("target", target, lambda v: math.isfinite(v), "a finite number"),
+                ("max_latency_ratio", max_latency_ratio, lambda v: v >= 1.0, "a number >= 1"),
+                ("max_evals", max_evals, lambda v: v >= 1 and float(v).is_integer(), "an integer >= 1"),
+                ("time_budget_s", 0.0 if time_budget_s is None else time_budget_s, lambda v: v >= 0, "None or seconds >= 0")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+                raise ConfigError(f"tune: {name} must be {expected}, got {value!r}")
+        if metric is not None and not callable(metric):
+            raise ConfigError(f"tune: metric must be None or a callable (outputs, data) -> float, got {metric!r}")
+        self.conv = conv
+        self.data, self.metric_fn, self.target = data, metric, float(target)
+        self.ratio, self.max_evals, self.time_budget_s = float(max_latency_ratio), int(max_evals), time_budget_s
+        self.calibration_data = data if calibration_data is None else calibration_data
+        self.batch_size = batch_size
+        self.root = os.path.join(str(conv.config["output_dir"]), "tune")
+        self.start = time.monotonic()
+        self.history: List[Point] = []
+        self.seen: Dict[str, Point] = {}
+        self.families: Dict[str, Tuple[Any, str]] = {}
+        self.user_layers = list(conv.config.get("layer_configs") or [])
+        unknown = set(passes or ()) - {k for k, _ in PASSES}
+        if unknown:
+            raise ConfigError(f"tune: unknown passes {sorted(unknown)}; known: {[k for k, _ in PASSES]}")
+        self.known_passes = [(k, v) for k, v in PASSES if k in _config_keys() and (passes is None or k in passes)]
+        self.evals = 0
+        self.baseline: Optional[Point] = None
+        self.bar = Progress(self.max_evals, "tune", unit="candidates", enabled=progress)
+
+    # ---------------------------------------------------------- budget and data
+    def _check_budget(self) -> None:
+        if self.baseline is None:   # the all-int8 baseline is always evaluated
+            return
+        if self.evals >= self.max_evals:
+            raise _Budget(f"stopped at max_evals={self.max_evals}")
+        if self.time_budget_s is not None and time.monotonic() - self.start >= self.time_budget_s:
+            raise _Budget(f"stopped at time_budget_s={self.time_budget_s:g}")
+
+    def _prepare(self) -> None:
+        self.conv.handler.ensure_ops()
+        batches = self.conv.calibration_data(self.data, self.batch_size)
+        self.batches = [(b.feeds, b.size) for b in batches]
+        if not self.batches:
+            from .calibration.data import DataError
+            raise DataError("tune: data holds no sample")
+        self.outputs = list(self.conv.config["output_nodes"])
+        source = self.conv.source
+        self.reference = self._run(source)
+        self.fp32_metric = self._score(self.reference)
+
+    def _run(self, model: Any) -> List[np.ndarray]:
+        from .runners import run_model
+        parts = [[o[:size] for o in run_model(self.conv.handler.framework, model, feeds, self.outputs)]
+                 for feeds, size in self.batches]
+        return [np.concatenate(p) for p in zip(*parts)]
+
+    def _score(self, outputs: List[np.ndarray]) -> float:
+        if self.metric_fn is None:
+            return cosine_metric(outputs, self.reference)
+        from .config import ConfigError
+        value = self.metric_fn(outputs, self.data)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise ConfigError(f"tune: metric must return a finite number, got {value!r}")
+        return number
+
+    # ---------------------------------------------------------- statistics families
+    def _family(self, settings: Mapping[str, Any]):
+        """(converter, output_dir) for the pass settings of ``settings``: the base
+        calibration when it serves them, else their own."""
+        passes = {k: settings[k] for k, _ in self.known_passes if k in settings and settings[k] != PASS_OFF[k]}
+        name = "base" if not passes else "-".join(f"{k}={v}" for k, v in sorted(passes.items()))
+        if name in self.families:
+            return self.families[name]
+        base = self.families.get("base")
+        if base is None:
+            conv, out = self._calibrated("base", {})
+        else:
+            conv = type(self.conv)(self.conv.handler, self.conv.source, dict(self.conv.config, output_dir=base[1], **passes),
+                               self.conv.device_info)
+            out = base[1]
+            if conv.fingerprint != base[0].fingerprint or not _quantizes(conv):
+                conv, out = self._calibrated(name, passes)
+        self.families[name] = (conv, out)
+        return conv, out
+
+    def _calibrated(self, name: str, passes: Mapping[str, Any]):
+        from .calibration.manifest import start_fresh
+        out = os.path.join(self.root, _slug(name))
+        os.makedirs(out, exist_ok=True)
+        start_fresh(out)
+        conv = type(self.conv)(self.conv.handler, self.conv.source, dict(self.conv.config, output_dir=out, **passes),
+                           self.conv.device_info)
+        conv.calibrate(self.calibration_data, self.batch_size, progress=False)
+        return conv, out
+
+    # ---------------------------------------------------------- one candidate
+    def evaluate(self, label: str, settings: Dict[str, Any], run: bool = True) -> Point:
+        """Price and (``run``) judge one candidate; repeated settings are not evaluated again."""
+        key = json.dumps(settings, sort_keys=True, default=str)
+        if key in self.seen:
+            return self.seen[key]
+        self._check_budget()
+        t0 = time.monotonic()
+        from .compiler import compile_graph
+        from .config import normalize
+        from .profile import profile
+        from .quantization.thresholds import KLDDegenerateWarning
+        try:
+            family, out = self._family(settings)
+            conv = copy.copy(family)
+            conv.config = normalize(dict(self.conv.config, output_dir=out, **settings), conv.handler.framework)
+            with warnings.catch_warnings():   # a search tries kld on every tensor: no warning per try
+                warnings.simplefilter("ignore", KLDDegenerateWarning)
+                qgraph = conv.quantized_ir()
+        except RatelError as e:   # missing statistics, a pass that cannot run on this graph
+            point = Point(label, settings, None, math.nan, False, time.monotonic() - t0,
+                          f"skipped: {type(e).__name__}: {str(e).splitlines()[0][:150]}")
+            return self._record(key, point)
+        compiled = compile_graph(qgraph, conv.config, conv.device_info)
+        try:
+            prof = profile(compiled, 1, conv.device_info or None)
+        except ValueError as e:   # no engine left
+            point = Point(label, settings, None, math.nan, False, time.monotonic() - t0, f"skipped: {e}")
+            return self._record(key, point)
+        latency = prof.latency_s + self._host_seconds(qgraph, conv.config)
+        fits = all(e.latency.fits_sram for e in prof.engines)
+        over = self.baseline is not None and latency > self.ratio * self.baseline.latency_s * (1 + 1e-9)
+        metric, note = None, ""
+        if over:
+            note = f"over {self.ratio:g} x all-int8 latency: not run"
+        elif run:
+            model = conv.handler.export_graph(compiled)
+            metric = self._score(self._run(model))
+            self.evals += 1
+            self.bar.update()
+        digest = hashlib.sha256(b"".join(n.attrs["engine"] for n in compiled.nodes if n.op == "Engine"))
+        point = Point(label, settings, metric, latency, fits, time.monotonic() - t0, note, digest.hexdigest())
+        return self._record(key, point)
+
+    def _record(self, key: str, point: Point) -> Point:
+        self.seen[key] = point
+        self.history.append(point)
+        return point
+
+    def _host_seconds(self, qgraph, config) -> float:
+        """Host time of the layers this candidate keeps in fp32 although the all-int8 plan
+        quantizes them (:data:`HOST_FLOAT_MACS_PER_S`)."""
+        from .quantization.policy import make_plan
+        if self.baseline is None:
+            return 0.0
+        moved = self.baseline_quantized - set(make_plan(qgraph, config).quantized_nodes)
+        graph = self.conv.graph
+        macs = 0.0
+        for node in graph.nodes:
+            if node.name in moved:
+                macs += _node_macs(graph, node)
+        return macs / HOST_FLOAT_MACS_PER_S + len(moved) * HOST_LAYER_OVERHEAD_S
+
+    # ---------------------------------------------------------- stages
+    def _feasible(self, p: Point) -> bool:
+        return (p.metric is not None and p.latency_s <= self.ratio * self.baseline.latency_s * (1 + 1e-9)
+                and (p.fits_sram or not self.baseline.fits_sram))
+
+    def _meets(self, p: Point) -> bool:
+        return self._feasible(p) and p.metric >= self.target
+
+    def _better(self, p: Point, than: Point) -> bool:
+        return self._feasible(p) and p.metric > than.metric + MIN_GAIN
+
+    def _settings(self, method: str, layers: Sequence[Mapping[str, Any]] = (), auto_int16: bool = False,
+                  passes: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        s = {"quantize_algorithm": method, "auto_int16": auto_int16,
+             "layer_configs": self.user_layers + [dict(e) for e in layers]}
+        s.update(passes or {})
+        return s
+
+    def _stage_methods(self) -> Point:
+        from .quantization.policy import make_plan
+        best = None
+        for method in METHODS:
+            p = self.evaluate(method, self._settings(method))
+            if self.baseline is None:
+                if p.metric is None:
+                    raise RatelError(f"tune: the all-int8 baseline cannot be evaluated ({p.note})")
+                self.baseline = p
+                conv = copy.copy(self.families["base"][0])
+                self.baseline_quantized = set(make_plan(conv.graph, dict(self.conv.config, **p.settings)).quantized_nodes)
+            if best is None or self._better(p, best):
+                best = p
+        return best
+
+    def _stage_auto_int16(self, best: Point) -> Point:
+        found = best
+        for label, extra in AUTO_INT16:
+            p = self.evaluate(f"{best.label} + {label}", dict(best.settings, **extra))
+            if self._better(p, found):
+                found = p
+        return found
+
+    def _stage_passes(self, best: Point) -> Point:
+        for key, values in self.known_passes:
+            found = best
+            for value in values:
+                s = dict(best.settings, **{key: value})
+                p = self.evaluate(f"{best.label} + {key}={value}", s)
+                if self._better(p, found):
+                    found = p
+            best = found
+        return best
+
+    def _ranked_layers(self, best: Point) -> List[Tuple[str, List[Dict[str, str]], List[Dict[str, str]]]]:
+        """(layer, int16 entries, fp32 entries) of every 8-bit layer (and quantized graph
+        input), least precise first: by the SQNR the layer loses on the first batch
+        (``analysis.layer_rows``, per-channel), or, when the numpy evaluator cannot run the
+        graph, by the 8-bit SQNR its histogram predicts (``thresholds.sqnr_db``)."""
+        from .analysis import layer_rows
+        from .calibration.stats import load_statistics
+        from .config import normalize
+        from .ir import arith
+        from .ir.evaluate import EvaluationError
+        from .quantization.policy import is_scale_preserving, make_plan
+        from .quantization.quantizer import quantize
+        from .quantization.thresholds import sqnr_db
+        family, out = self._family(best.settings)
+        conv = copy.copy(family)
+        conv.config = normalize(dict(self.conv.config, output_dir=out, **best.settings), family.handler.framework)
+        graph = conv.graph
+        plan = make_plan(graph, conv.config)
+        quantized = set(plan.quantized_nodes)
+        producers = {t: n for n in graph.nodes for t in n.outputs}
+
+        def options(t: str):
+            """(layer, int16 entries, fp32 entries) for the 8-bit anchor ``t``, or None."""
+            node = producers.get(t)
+            if t in graph.inputs:
+                readers = [n.name for n in graph.consumers(t) if n.name in quantized]
+                return (t, [{"layer_name": t, "data_type": "int16"}],
+                        [{"layer_name": r, "data_type": "fp32"} for r in readers])
+            if node is not None and node.name in quantized and not is_scale_preserving(node):
+                return (node.name, [{"layer_name": node.name, "data_type": "int16"}],
+                        [{"layer_name": node.name, "data_type": "fp32"}])
+            if node is not None and node.name not in quantized:   # border: a float op's output
+                readers = [n.name for n in graph.consumers(t) if n.name in quantized]
+                return (t, [], [{"layer_name": r, "data_type": "fp32"} for r in readers])
+            return None
+
+        scored = []
+        try:
+            for row in layer_rows(conv, self.batches[0][0]):
+                if row.dtype in ("int8", "uint8"):
+                    scored.append((-row.sqnr_drop_db, row.tensor))
+        except EvaluationError:
+            stats = load_statistics(out)
+            qgraph = quantize(graph, stats, conv.config)
+            for t in plan.anchors:
+                qp = qgraph.qparams[t]
+                if qp.dtype in ("int8", "uint8") and getattr(stats[t], "histogram", None) is not None:
+                    scored.append((sqnr_db(stats[t], float(np.max(qp.scale)) * arith.qmax_of(qp.dtype), qp.dtype), t))
+        ranked, seen = [], set()
+        for _, t in sorted(scored, key=lambda s: s[0]):
+            option = options(t)
+            if option is not None and option[0] not in seen:
+                seen.add(option[0])
+                ranked.append(option)
+        return ranked
+
+    def _stage_layers(self, best: Point) -> Point:
+        ranked = self._ranked_layers(best)
+        start = best
+        for kind, dtype in ((1, "int16"), (2, "fp32")):   # each from the same start
+            if self._meets(best):
+                break
+            p = self._prefixes(start, [r for r in ranked if r[kind]], kind, dtype)
+            best = p if self._meets(p) or self._better(p, best) else best
+        return best
+
+    def _prefixes(self, best: Point, options, kind: int, dtype: str) -> Point:
+        """``dtype`` on the first k of ``options`` (least precise first) on top of ``best``,
+        k = 1, 2, 4, ... all; bisected down to the fewest layers that meet the target, or up to
+        the most that stay within the latency limit.  Returns the best point found."""
+        current = {e["layer_name"]: e for e in best.settings["layer_configs"][len(self.user_layers):]}
+        method = best.settings["quantize_algorithm"]
+
+        def trial(k: int) -> Point:
+            entries = dict(current)
+            for option in options[:k]:
+                entries.pop(option[0], None)
+                entries.update((e["layer_name"], e) for e in option[kind])
+            settings = dict(best.settings, layer_configs=self.user_layers + list(entries.values()))
+            return self.evaluate(f"{method} + {dtype} on the {k} least precise layer(s)", settings)
+
+        sizes = sorted({min(2 ** i, len(options)) for i in range(len(options).bit_length() + 1)} - {0})
+        found, below = best, 0
+        for k in sizes:
+            p = trial(k)
+            if p.metric is None:          # over the latency limit: the most layers that fit
+                while k - below > 1:
+                    mid = (below + k) // 2
+                    q = trial(mid)
+                    if q.metric is None:
+                        k = mid
+                    else:
+                        below = mid
+                        found = q if self._better(q, found) else found
+                return found
+            if self._meets(p):            # the fewest layers that meet the target
+                while k - below > 1:
+                    mid = (below + k) // 2
+                    q = trial(mid)
+                    if self._meets(q):
+                        k, p = mid, q
+                    else:
+                        below = mid
+                return p
+            found = p if self._better(p, found) else found
+            below = k
+        return found
+
+    def _stage_prune(self, best: Point) -> Point:
+        layers = best.settings["layer_configs"][len(self.user_layers):]
+        for entry in list(reversed(layers)):
+            current = best.settings["layer_configs"][len(self.user_layers):]
+            if entry not in current:
+                continue
+            trial = [e for e in current if e != entry]
+            s = dict(best.settings, layer_configs=self.user_layers + trial)
+            p = self.evaluate(f"{best.settings['quantize_algorithm']} - {entry['layer_name']} {entry['data_type']}", s)
+            if self._meets(p) and p.latency_s <= best.latency_s:
+                best = p
+        return best
+
+    def run(self) -> TuneResult:
+        self._prepare()
+        stopped = "search done"
+        try:
+            try:
+                best = self._stage_methods()
+                best = self._stage_passes(best)
+                if not self._meets(best):
+                    best = self._stage_auto_int16(best)
+                if not self._meets(best):
+                    best = self._stage_layers(best)
+                if self._meets(best) and best.settings["layer_configs"] != self.user_layers:
+                    self._stage_prune(best)
+            except _Budget as e:
+                stopped = str(e)
+        finally:
+            self.bar.close()
+        if self.baseline is None:
+            raise RatelError(f"tune: no candidate evaluated ({stopped})")
+        return self._result(stopped)
+
+    def _result(self, stopped: str) -> TuneResult:
+        run = [p for p in self.history if p.metric is not None]
+        meeting = [p for p in run if self._meets(p)]
+        if meeting:
+            chosen = min(meeting, key=lambda p: (round(p.latency_s, 10), len(p.settings["layer_configs"]), -p.metric))
+        else:
+            feasible = [p for p in run if self._feasible(p)] or run
+            chosen = max(feasible, key=lambda p: (p.metric, -p.latency_s))
+        _, out = self._family(chosen.settings)
+        config = dict(chosen.settings, output_dir=out)
+        if not chosen.settings["layer_configs"]:
+            config["layer_configs"] = []
+        return TuneResult(config, chosen.metric, chosen.latency_s, self.baseline.latency_s, self.target,
+                          self.ratio, bool(meeting), pareto_front(self.history), list(self.history),
+                          self.fp32_metric, stopped, chosen)
+
+
+def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
+         max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
+         calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
+         passes: Optional[Sequence[str]] = None) -> TuneResult:
+    """See :meth:`ratelnn.convert.ConvertImpl.tune`."""
+    return Tuner(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
+                 calibration_data, batch_size, progress, passes).run()
+
+
+# ------------------------------------------------------------------ helpers
+def _config_keys() -> set:
+    from .config import DEFAULTS
+    return set(DEFAULTS)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_=." else "_" for c in name)
+
+
+def _quantizes(conv) -> bool:
+    """Whether ``conv`` quantizes from the statistics in its output_dir."""
+    try:
+        conv.quantized_ir()
+        return True
+    except CalibrationError:
+        return False
+
+
+def _node_macs(graph, node) -> float:
+    """Multiply-adds (or element operations) of one float inference of ``node``."""
+    shape = [d for d in (graph.tensors[node.outputs[0]].shape if node.outputs[0] in graph.tensors else [])]
+    out = float(np.prod([d for d in shape[1:] if d])) if shape else 0.0
+    if node.op in ("Conv2D", "MatMul") and len(node.inputs) > 1 and graph.is_param(node.inputs[1]):
+        w = np.asarray(graph.params[node.inputs[1]])
+        channels = [c for c in (shape[-1] if shape else None, shape[1] if len(shape) > 1 else None) if c]
+        out_ch = next((d for d in (w.shape[-1], w.shape[0]) if d in channels), w.shape[-1])
+        return out * w.size / max(out_ch, 1)
+    return out
