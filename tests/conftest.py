@@ -19,12 +19,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # on AVX2-only ones, and TF reads TF_ENABLE_ONEDNN_OPTS once per process.  So the README's
 # test command runs the suite with the rewrites forced on, then the tests marked
 # `tensorflow` again with them off: every TF graph this SDK writes runs both ways on every
-# machine.  A test module that mentions TensorFlow or Keras gets the mark.
+# machine.  A test module that mentions TensorFlow or Keras gets the mark, except tests
+# marked `no_tf_math`: they build, cache or compile the op library, or run only ratelnn's
+# own ops, so the rewrites (which replace TF's Conv2D/MatMul/... kernels) cannot change them.
 _TF_WORDS = ("tensorflow", "keras", "tf_init", "freeze_")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "tensorflow: runs TensorFlow (rerun with TF_ENABLE_ONEDNN_OPTS=0)")
+    config.addinivalue_line("markers", "no_tf_math: mentions TensorFlow but runs none of the kernels its "
+                                       "oneDNN rewrites replace (run once)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -37,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
                     sources[path] = any(word in f.read() for word in _TF_WORDS)
             except OSError:
                 sources[path] = False
-        if sources[path]:
+        if sources[path] and item.get_closest_marker("no_tf_math") is None:
             item.add_marker(pytest.mark.tensorflow)
 
 

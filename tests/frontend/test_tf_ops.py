@@ -155,6 +155,7 @@ np.savez(sys.argv[2], **out)
 """
 
 
+@pytest.mark.no_tf_math
 def test_quant_and_dequant_bits_on_the_portable_path(ops, tmp_path):
     """RatelQuant/RatelDequant loops are compiled per path (ops/core/quant_kernels.inc: the
     portable loops and the AVX2 ones, which the AVX-512 paths run too).  The other tests of
@@ -276,6 +277,7 @@ def test_minmax_rejects_unknown_record_kind(ops, tmp_path):
                           record=["minmax", "histogram"])
 
 
+@pytest.mark.no_tf_math
 def test_library_path_is_cached_in_process_and_across_processes(ops):
     path = ratelnn.ops_library_path("tensorflow")
     mtime = os.stat(path).st_mtime_ns
@@ -291,6 +293,7 @@ def test_library_path_is_cached_in_process_and_across_processes(ops):
     assert os.stat(path).st_mtime_ns == mtime
 
 
+@pytest.mark.no_tf_math
 def test_concurrent_first_builds_share_one_library(ops, tmp_path):
     # Seed the fresh cache with this session's compiled objects (compiling the whole library
     # twice concurrently takes minutes on 2 cores): the two processes then race to link and
@@ -311,6 +314,7 @@ def test_concurrent_first_builds_share_one_library(ops, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+@pytest.mark.no_tf_math
 def test_concurrent_compiles_of_one_source_publish_one_object(tmp_path):
     src = tmp_path / "tiny.cc"
     src.write_text('extern "C" int ratelnn_tiny(int x) { return 2 * x + 1; }\n')
@@ -330,6 +334,7 @@ def test_concurrent_compiles_of_one_source_publish_one_object(tmp_path):
     assert not list(cache.rglob("*.tmp"))
 
 
+@pytest.mark.no_tf_math
 def test_unknown_framework():
     with pytest.raises(ValueError, match="unknown framework"):
         ratelnn.ops_library_path("pytorch")

@@ -19,6 +19,8 @@ from helpers.engines import mixed_engine
 from helpers.paths import TESTS
 
 X86 = platform.machine() in ("x86_64", "AMD64")
+# native engines and compiles of the op library: no TensorFlow kernel runs (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
 
 
 
