@@ -217,6 +217,9 @@ def _role_bits(config: Mapping[str, Any], role: str) -> int:
     return int(settings.get("num_bits", 8))
 
 
+FORCED_DTYPES = ("int8", "uint8", "int16")   # layer_configs data types that set an anchor's dtype
+
+
 def make_plan(graph: Graph, config: Mapping[str, Any]) -> QuantPlan:
     """The quantization plan of ``graph`` (nodes must be in topological order)."""
     data_types = layer_data_types(graph, config)
@@ -253,13 +256,20 @@ def make_plan(graph: Graph, config: Mapping[str, Any]) -> QuantPlan:
                 anchors.append(t)
                 if t in graph.inputs and t in data_types:
                     forced[t] = data_types[t]
+                elif t in producers and data_types.get(producers[t].name) in FORCED_DTYPES:
+                    # a border: the output of a float op the config gives a dtype
+                    forced[t] = data_types[producers[t].name]
             note_bits(t, _activation_role(node, slot))
         out = node.outputs[0]
         if is_scale_preserving(node):
             shared[out] = anchor_of(node.inputs[0])
+            # its output anchor is its input's: a dtype forced on it goes there (unless that
+            # anchor's own producer or an earlier reader already forced one)
+            if data_types.get(node.name) in FORCED_DTYPES:
+                forced.setdefault(shared[out], data_types[node.name])
         else:
             anchors.append(out)
-            if data_types.get(node.name) in ("int8", "uint8", "int16"):
+            if data_types.get(node.name) in FORCED_DTYPES:
                 forced[out] = data_types[node.name]
         note_bits(out, _activation_role(node, None))
 

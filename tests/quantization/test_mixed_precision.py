@@ -191,3 +191,41 @@ def test_an_int16_op_reads_its_constant_operand_in_int16():
     back = q16.params[const16] * np.float64(q16.qparams[const16].scale)
     np.testing.assert_allclose(back, [1000.0, 0.5, 0.05], atol=1000.0 / 32767)
     assert q8.params[const8][2] == 0                          # the 8-bit code of 0.05 is 0
+
+
+def sqrt_transpose_graph() -> Graph:
+    """x -> sqrt (float: Sqrt is not a quantized op) -> t (Transpose, scale-preserving) ->
+    r (Relu): the quantized Transpose makes sqrt's output a border anchor that t shares."""
+    g = Graph("border")
+    g.add_input("x", (1, 2, 3))
+    g.add_node(Node("sqrt", "Sqrt", ["x"], ["sqrt"], {}), [TensorInfo((1, 2, 3))])
+    g.add_node(Node("t", "Transpose", ["sqrt"], ["t"], {"perm": (0, 2, 1)}), [TensorInfo((1, 3, 2))])
+    g.add_node(Node("r", "Relu", ["t"], ["r"], {}), [TensorInfo((1, 3, 2))])
+    g.outputs = ["r"]
+    g.validate()
+    return g
+
+
+@pytest.mark.parametrize("named", ["sqrt", "t"])
+def test_int16_reaches_a_border_anchor_through_its_float_producer_or_a_scale_preserving_reader(named):
+    """basic-pitch: its CQT magnitude (Sqrt, on the CPU) is read by a quantized Transpose;
+    int16 given to either must make that border int16 (it stayed uint8: 82% of the
+    magnitudes rounded to 0 and the model's log spectrogram lost them)."""
+    g = sqrt_transpose_graph()
+    values = np.geomspace(1e-6, 16.0, 64)
+    stats = {t: stats_of(values) for t in ("x", "sqrt", "r")}
+    plain = quantize(g, stats, {"auto_int16": False})
+    assert "sqrt" not in make_plan(g, {}).quantized_nodes and plain.qparams["sqrt"].dtype == "uint8"
+    config = {"auto_int16": False, "layer_configs": [{"layer_name": named, "data_type": "int16"}]}
+    assert make_plan(g, config).forced_dtype == {"sqrt": "int16"}
+    q = quantize(g, stats, config)
+    assert q.qparams["sqrt"].dtype == "int16"
+    assert q.qparams["sqrt"].scale == pytest.approx(16.0 / 32767, rel=1e-6)
+    assert q.qparams["r"].dtype != "int16"                    # only the named anchor changes
+
+
+def test_a_producer_forced_dtype_wins_over_its_scale_preserving_reader():
+    g = sqrt_transpose_graph()
+    config = {"layer_configs": [{"layer_name": "sqrt", "data_type": "uint8"},
+                                {"layer_name": "t", "data_type": "int16"}]}
+    assert make_plan(g, config).forced_dtype == {"sqrt": "uint8"}
