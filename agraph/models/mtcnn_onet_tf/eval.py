@@ -1,18 +1,14 @@
 """Face/non-face accuracy of mtcnn_onet_tf on lfw_face_nonface (and agreement with FP32)."""
 from __future__ import annotations
 
-from agraph.metrics import ModelMetrics, top1_accuracy, top1_agreement
-from ratelnn.testing import zoo
+from agraph import kinds
+from agraph.metrics import ModelMetrics
 
-NAME, DATASET, FRAMEWORK, SIDE, PROB = "mtcnn_onet_tf", "lfw_face_nonface", "tensorflow", 48, 2
+from . import model
 
 
 def evaluate(run, dataset, stage, *, limit=None, batch_size=32, reference=None) -> ModelMetrics:
-    """``face_accuracy``: argmax of the face probabilities (output ``prob``) against the
-    labels (1 face, 0 non-face); ``fp32_agreement`` of that argmax when ``reference`` is given."""
-    prob, ref, labels = zoo.collect(run, dataset, lambda s: zoo.mtcnn_input(s, SIDE, FRAMEWORK), PROB,
-                                    limit=limit, batch_size=batch_size, reference=reference)
-    metrics = {"face_accuracy": top1_accuracy(prob, labels)}
-    if ref is not None:
-        metrics["fp32_agreement"] = top1_agreement(prob, ref)
-    return ModelMetrics(NAME, DATASET, stage, metrics, samples=len(prob))
+    """``face_accuracy`` of argmax(prob) against the labels, ``fp32_agreement`` with ``reference``
+    (``agraph.kinds.mtcnn_face_accuracy``)."""
+    return kinds.mtcnn_face_accuracy(model, model.SIDE, run, dataset, stage, limit=limit, batch_size=batch_size,
+                                     reference=reference)

@@ -8,10 +8,9 @@ kernels HWIO -> OIHW, dense rows reordered to NCHW flatten order, PReLU alphas a
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
+from agraph import kinds
 from ratelnn.testing import shipped, zoo
 
 NAME = "mtcnn_pnet_mx"
@@ -22,18 +21,14 @@ INPUTS = ["data"]
 OUTPUTS = ["box", "prob"]
 INPUT_SHAPES = [[1, 3, 12, 12]]
 TEST_INPUT_SHAPES = None      # already small; the architecture fixes the size
+SIDE = 12   # input height and width
 
 
 def build(workdir, input_shapes=None) -> list:
     """Write ``<NAME>-symbol.json / -0000.params`` into ``workdir`` (reused when already there)."""
-    shapes = zoo.fixed_shapes(NAME, INPUT_SHAPES, input_shapes)
-
-    def make(folder: Path) -> None:
-        from ratelnn.mxnet_compat import import_mxnet
-        zoo.write_mx_checkpoint(shipped.mtcnn_mx(import_mxnet(), "pnet"), folder / NAME)
-    return zoo.cached_build(workdir, NAME, FRAMEWORK, shapes, make)
+    return kinds.shipped_mx(workdir, NAME, INPUT_SHAPES, input_shapes, lambda mx: shipped.mtcnn_mx(mx, "pnet"))
 
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
     """lfw_face_nonface samples [N,25,25] -> [N,3,12,12] float32."""
-    return zoo.mtcnn_input(samples, 12, FRAMEWORK)
+    return zoo.mtcnn_input(samples, SIDE, FRAMEWORK)

@@ -8,10 +8,9 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
+from agraph import kinds
 from ratelnn.testing import shipped, zoo
 
 NAME = "mtcnn_pnet_tf"
@@ -22,18 +21,14 @@ INPUTS = ["images"]
 OUTPUTS = ["box", "prob"]
 INPUT_SHAPES = [[1, 12, 12, 3]]
 TEST_INPUT_SHAPES = None      # already small; the architecture fixes the size
+SIDE = 12   # input height and width
 
 
 def build(workdir, input_shapes=None) -> list:
     """Write ``<NAME>.pb`` into ``workdir`` (reused when already there)."""
-    shapes = zoo.fixed_shapes(NAME, INPUT_SHAPES, input_shapes)
-
-    def make(folder: Path) -> None:
-        shipped_keras = shipped.mtcnn_keras("pnet")
-        zoo.write_frozen_keras(shipped_keras, INPUT_SHAPES[0][1:], folder / f"{NAME}.pb", OUTPUTS)
-    return zoo.cached_build(workdir, NAME, FRAMEWORK, shapes, make)
+    return kinds.shipped_keras(workdir, NAME, OUTPUTS, INPUT_SHAPES, input_shapes, lambda: shipped.mtcnn_keras("pnet"))
 
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
     """lfw_face_nonface samples [N,25,25] -> [N,12,12,3] float32."""
-    return zoo.mtcnn_input(samples, 12, FRAMEWORK)
+    return zoo.mtcnn_input(samples, SIDE, FRAMEWORK)

@@ -7,10 +7,9 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
+from agraph import kinds
 from ratelnn.testing import shipped, zoo
 
 NAME = "mtcnn_rnet_tf"
@@ -21,18 +20,14 @@ INPUTS = ["images"]
 OUTPUTS = ["box", "prob"]
 INPUT_SHAPES = [[1, 24, 24, 3]]
 TEST_INPUT_SHAPES = None      # already small; the architecture fixes the size
+SIDE = 24   # input height and width
 
 
 def build(workdir, input_shapes=None) -> list:
     """Write ``<NAME>.pb`` into ``workdir`` (reused when already there)."""
-    shapes = zoo.fixed_shapes(NAME, INPUT_SHAPES, input_shapes)
-
-    def make(folder: Path) -> None:
-        shipped_keras = shipped.mtcnn_keras("rnet")
-        zoo.write_frozen_keras(shipped_keras, INPUT_SHAPES[0][1:], folder / f"{NAME}.pb", OUTPUTS)
-    return zoo.cached_build(workdir, NAME, FRAMEWORK, shapes, make)
+    return kinds.shipped_keras(workdir, NAME, OUTPUTS, INPUT_SHAPES, input_shapes, lambda: shipped.mtcnn_keras("rnet"))
 
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
     """lfw_face_nonface samples [N,25,25] -> [N,24,24,3] float32."""
-    return zoo.mtcnn_input(samples, 24, FRAMEWORK)
+    return zoo.mtcnn_input(samples, SIDE, FRAMEWORK)

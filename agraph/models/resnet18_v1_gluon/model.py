@@ -1,17 +1,13 @@
 """Gluon model zoo ``resnet18_v1`` (1000 classes) exported as symbol + params.
 
-RANDOM WEIGHTS (fixed seed 0, ``ratelnn.testing.zoo.SEED``): no pretrained weights are fetched, so accuracy means
-nothing; the metric is agreement with the FP32 model on scikit-image's sample photos
-(central square crop resized, RGB scaled to [-1, 1]): top-1 agreement and mean cosine of
-the 1000 logits.
+RANDOM WEIGHTS (fixed seed 0): accuracy means nothing; the metric is agreement with the FP32
+model on sample_photos (``agraph.kinds``, "random-weight architectures").
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from ratelnn.testing import zoo
+from agraph import kinds
 
 NAME = "resnet18_v1_gluon"
 FRAMEWORK = "mxnet"
@@ -21,21 +17,16 @@ INPUTS = ["data"]
 OUTPUTS = ["logits"]
 INPUT_SHAPES = [[1, 3, 224, 224]]
 TEST_INPUT_SHAPES = [[1, 3, 64, 64]]
+ARCHITECTURE = "resnet18_v1"   # the Gluon model zoo name
 
 
 def build(workdir, input_shapes=None) -> list:
     """Write the model with random weights into ``workdir`` at ``input_shapes`` (default
     :data:`INPUT_SHAPES`; reused when already there for those shapes)."""
-    shapes = input_shapes or INPUT_SHAPES
-    side = zoo.side_of(shapes, FRAMEWORK)
-
-    def make(folder: Path) -> None:
-        from ratelnn.mxnet_compat import import_mxnet
-        zoo.write_mx_checkpoint(zoo.gluon_model_zoo(import_mxnet(), "resnet18_v1", side), folder / NAME, "logits")
-    return zoo.cached_build(workdir, NAME, FRAMEWORK, shapes, make)
+    return kinds.gluon_model_zoo(workdir, NAME, ARCHITECTURE, input_shapes or INPUT_SHAPES)
 
 
 def preprocess(samples, input_shapes=None) -> np.ndarray:
     """sample_photos samples (uint8 RGB, any size) -> the model input at ``input_shapes``
     (default :data:`INPUT_SHAPES`), float32 in [-1, 1]."""
-    return zoo.photo_input(samples, zoo.side_of(input_shapes or INPUT_SHAPES, FRAMEWORK), FRAMEWORK)
+    return kinds.photo_input(samples, input_shapes or INPUT_SHAPES, FRAMEWORK)
