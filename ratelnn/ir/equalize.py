@@ -32,7 +32,7 @@ import numpy as np
 
 from .evaluate import evaluate_node
 from .graph import Graph, Node
-from .passes import BN_STATS
+from .passes import BN_STATS, set_weights_and_bias
 
 _HOMOGENEOUS_ACTS = ("none", "relu", "leaky_relu", "prelu")
 _CHANNEL_OPS = ("MaxPool", "AvgPool", "Pad")
@@ -114,20 +114,6 @@ def _out_major(graph: Graph, node: Node) -> np.ndarray:
     return w.T.copy() if node.op == "MatMul" and node.attrs.get("transpose_b") else w.copy()
 
 
-def _store(graph: Graph, node: Node, w: np.ndarray, bias: Optional[np.ndarray]) -> None:
-    """New float32 params for ``node`` (weights with output channel last; bias or None)."""
-    if node.op == "MatMul" and node.attrs.get("transpose_b"):
-        w = w.T
-    node.inputs[1] = graph.add_param(graph.unique_name(f"{node.name}/equalized_weights"),
-                                     np.ascontiguousarray(w, np.float32))
-    if bias is not None:
-        name = graph.add_param(graph.unique_name(f"{node.name}/equalized_bias"), bias.astype(np.float32))
-        if len(node.inputs) > 2:
-            node.inputs[2] = name
-        else:
-            node.inputs.append(name)
-
-
 def _bias(graph: Graph, node: Node, channels: int) -> np.ndarray:
     if len(node.inputs) > 2:
         return np.asarray(graph.params[node.inputs[2]], np.float64).reshape(-1).copy()
@@ -166,9 +152,10 @@ def _equalize_pair(graph: Graph, pair: Pair) -> float:
     for i, ix in enumerate(index):
         w2[ix] *= s[i]
     # (PReLU/LeakyReLU slopes, per channel or not, commute with a positive scale)
-    _store(graph, pair.producer, w1 / s, b1 / s if len(pair.producer.inputs) > 2 else None)
+    set_weights_and_bias(graph, pair.producer, w1 / s, b1 / s if len(pair.producer.inputs) > 2 else None,
+                         "equalized")
     _update_bn_stats(graph, pair.producer, scale=s)
-    _store(graph, pair.consumer, w2, None)
+    set_weights_and_bias(graph, pair.consumer, w2, None, "equalized")
     return float(np.max(np.abs(s - 1.0)))
 
 

@@ -135,15 +135,17 @@ def _weights_and_bias(graph: Graph, node: Node) -> Tuple[np.ndarray, np.ndarray]
     return w, b
 
 
-def _set_weights_and_bias(graph: Graph, node: Node, w: Optional[np.ndarray], b: Optional[np.ndarray]) -> None:
-    """Store new weights (output channel last) / bias as fresh params of ``node``."""
+def set_weights_and_bias(graph: Graph, node: Node, w: Optional[np.ndarray], b: Optional[np.ndarray],
+                         label: str = "folded") -> None:
+    """Store new weights (output channel last) / bias as fresh float32 params of ``node``,
+    named ``<node>/<label>_weights`` and ``<node>/<label>_bias``; None leaves one as it is."""
     if w is not None:
         if node.op == "MatMul" and node.attrs.get("transpose_b"):
             w = w.T
-        node.inputs[1] = graph.add_param(graph.unique_name(f"{node.name}/folded_weights"),
+        node.inputs[1] = graph.add_param(graph.unique_name(f"{node.name}/{label}_weights"),
                                          np.ascontiguousarray(w, dtype=np.float32))
     if b is not None:
-        name = graph.add_param(graph.unique_name(f"{node.name}/folded_bias"), b.astype(np.float32))
+        name = graph.add_param(graph.unique_name(f"{node.name}/{label}_bias"), b.astype(np.float32))
         if len(node.inputs) > 2:
             node.inputs[2] = name
         else:
@@ -170,11 +172,11 @@ def _absorb(graph: Graph, node: Node, ops: Tuple[str, ...]) -> bool:
             continue
         w, b = _weights_and_bias(graph, producer)
         if node.op == "Mul":
-            _set_weights_and_bias(graph, producer, w * vec, b * vec)
+            set_weights_and_bias(graph, producer, w * vec, b * vec)
         elif node.op == "Sub":
-            _set_weights_and_bias(graph, producer, None, b - vec)
+            set_weights_and_bias(graph, producer, None, b - vec)
         else:
-            _set_weights_and_bias(graph, producer, None, b + vec)
+            set_weights_and_bias(graph, producer, None, b + vec)
         graph.remove_nodes([node])
         _rename_output(graph, producer, node.outputs[0])
         return True
