@@ -17,45 +17,36 @@ from .npu.device import target_device
 from .npu.engine import Engine
 
 
-def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
-    """``(engine_name, Engine)`` of every engine of a compiled model, in graph order.
-
-    ``graph_npu``: a TensorFlow GraphDef made by ``to_npu`` (its ``RatelEngineOp`` nodes) or
-    a compiled IR :class:`~ratelnn.ir.Graph` (its ``Engine`` nodes).  The bytes are validated
-    (:class:`~ratelnn.npu.engine.EngineError` names a bad engine)."""
+def _engine_blobs(graph_npu: Any) -> List[Tuple[str, List[bytes]]]:
+    """``(engine_name, [engine bytes, batch engine bytes...])`` of every engine node of a
+    TensorFlow GraphDef made by ``to_npu``, an MXNet ``(symbol, arg_params, aux_params)`` or a
+    compiled IR :class:`~ratelnn.ir.Graph`, in graph order (docs/multi-batch.md)."""
     if isinstance(graph_npu, Graph):
-        found = [(str(n.attrs.get("engine_name", n.name)), n.attrs["engine"])
-                 for n in graph_npu.nodes if n.op == "Engine"]
-    elif _is_tf_graph_def(graph_npu):
-        from .frontend.tensorflow.model_io import engine_nodes
-        found = engine_nodes(graph_npu)
-    elif isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
+        return [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
+                for n in graph_npu.nodes if n.op == "Engine"]
+    if _is_tf_graph_def(graph_npu):
+        from .frontend.tensorflow.model_io import engine_sets
+        return engine_sets(graph_npu)
+    if isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
         import json
-        from .frontend.mxnet.model_io import engine_nodes
-        found = engine_nodes(json.loads(graph_npu[0].tojson())["nodes"])
-    else:
-        raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
-                        f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
-    return [(name, Engine.from_bytes(data, label=name)) for name, data in found]
+        from .frontend.mxnet.model_io import engine_sets
+        return engine_sets(json.loads(graph_npu[0].tojson())["nodes"])
+    raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
+                    f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
+
+
+def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
+    """``(engine_name, Engine)`` of every engine of a compiled model, in graph order: each
+    node's first engine (its only one unless it holds an engine set).  The bytes are
+    validated (:class:`~ratelnn.npu.engine.EngineError` names a bad engine)."""
+    return [(name, Engine.from_bytes(blobs[0], label=name)) for name, blobs in _engine_blobs(graph_npu)]
 
 
 def model_engine_sets(graph_npu: Any) -> List[Tuple[str, List[Engine]]]:
     """``(engine_name, [Engine, ...])``: every engine node's engine set (docs/multi-batch.md;
     one engine when the model was compiled for one batch size), validated and checked."""
     from .npu.batching import check_engine_set
-    if isinstance(graph_npu, Graph):
-        found = [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
-                 for n in graph_npu.nodes if n.op == "Engine"]
-    elif _is_tf_graph_def(graph_npu):
-        from .frontend.tensorflow.model_io import engine_sets
-        found = engine_sets(graph_npu)
-    elif isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
-        import json
-        from .frontend.mxnet.model_io import engine_sets
-        found = engine_sets(json.loads(graph_npu[0].tojson())["nodes"])
-    else:
-        raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
-                        f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
+    found = _engine_blobs(graph_npu)
     sets = []
     for name, blobs in found:
         engines = [Engine.from_bytes(b, label=name) for b in blobs]
