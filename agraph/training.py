@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -27,23 +26,9 @@ def cache_key(source_file: os.PathLike, package: str, arrays: Sequence[np.ndarra
 def cached_keras(name: str, key: str, train: Callable[[], object]):
     """The Keras model ``<name>-<key>.keras`` from the weights cache, else ``train()``'s result
     saved there atomically."""
-    import keras
+    from ratelnn.testing.fashion_cnn import cached_keras_model
 
-    folder = paths.weights_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}-{key}.keras"
-    if path.is_file():
-        return keras.models.load_model(path, compile=False)
-    model = train()
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".keras")
-    os.close(fd)
-    try:
-        model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return model
+    return cached_keras_model(paths.weights_dir() / f"{name}-{key}.keras", train)
 
 
 def cached_frozen(name: str, key: str, keras_model: Callable[[], object], output_name: str,

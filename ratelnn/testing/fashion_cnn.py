@@ -84,18 +84,17 @@ def model_cache_key(x_train: np.ndarray, y_train: np.ndarray) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_fashion_cnn(cache_dir: str | os.PathLike, x_train: np.ndarray, y_train: np.ndarray):
-    """The trained CNN: loaded from ``cache_dir`` if this source version trained it before,
-    else built, trained on ``(x_train, y_train)`` and saved there (atomically)."""
+def cached_keras_model(path: str | os.PathLike, train):
+    """The Keras model saved at ``path`` (``.keras``), else ``train()``'s result, saved there
+    atomically (a temporary file in the same folder, then renamed)."""
     import keras
 
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"fashion_cnn-{model_cache_key(x_train, y_train)}.keras"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_file():
         return keras.models.load_model(path, compile=False)
-    model = train_fashion_cnn(build_fashion_cnn(), x_train, y_train)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".keras")
+    model = train()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".keras")
     os.close(fd)
     try:
         model.save(tmp)
@@ -104,3 +103,10 @@ def cached_fashion_cnn(cache_dir: str | os.PathLike, x_train: np.ndarray, y_trai
         if os.path.exists(tmp):
             os.unlink(tmp)
     return model
+
+
+def cached_fashion_cnn(cache_dir: str | os.PathLike, x_train: np.ndarray, y_train: np.ndarray):
+    """The trained CNN: loaded from ``cache_dir`` if this source version trained it before,
+    else built, trained on ``(x_train, y_train)`` and saved there (atomically)."""
+    path = Path(cache_dir) / f"fashion_cnn-{model_cache_key(x_train, y_train)}.keras"
+    return cached_keras_model(path, lambda: train_fashion_cnn(build_fashion_cnn(), x_train, y_train))
