@@ -21,6 +21,17 @@
 #define RATELNN_X86_PATHS 0
 #endif
 
+// `return isa_avx2::call;` on the AVX2 and AVX-512 paths, else `return isa_portable::call;`:
+// the dispatch of a source whose kernels are compiled in namespaces isa_portable and isa_avx2
+// only (minmax.cc, quant.cc: the AVX-512 paths gain nothing there and run the AVX2 code).
+#if RATELNN_X86_PATHS
+#define RATELNN_ON_AVX2_OR_PORTABLE(call)                            \
+  if (::ratelnn::active_isa() >= ::ratelnn::Isa::kAvx2) return isa_avx2::call; \
+  return isa_portable::call;
+#else
+#define RATELNN_ON_AVX2_OR_PORTABLE(call) return isa_portable::call;
+#endif
+
 namespace ratelnn {
 
 enum class Isa : int {

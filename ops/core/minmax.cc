@@ -81,18 +81,9 @@ namespace isa_avx2 {
 #pragma GCC pop_options
 #endif
 
-// `return isa_<path>::call;` for the active path (AVX-512 machines run the AVX2 scans).
-#if RATELNN_X86_PATHS
-#define RATELNN_ON_ACTIVE_PATH(call) \
-  if (active_isa() >= Isa::kAvx2) return isa_avx2::call; \
-  return isa_portable::call;
-#else
-#define RATELNN_ON_ACTIVE_PATH(call) return isa_portable::call;
-#endif
-
 template <int kCopies, typename Count>
 BatchRange ScanAndCount(const float* x, int64_t n, float scale, Count* counts) {
-  RATELNN_ON_ACTIVE_PATH(ScanAndCount<kCopies>(x, n, scale, counts))
+  RATELNN_ON_AVX2_OR_PORTABLE(ScanAndCount<kCopies>(x, n, scale, counts))
 }
 
 // ScanAndCount of a chunk (n <= kHistogramChunk) through 32-bit interleaved copies.
@@ -145,7 +136,7 @@ void HistogramPass(const float* x, int64_t n, int range_exp, const PartRunner& r
 
 }  // namespace
 
-BatchRange ScanRange(const float* x, int64_t n) { RATELNN_ON_ACTIVE_PATH(ScanRangeImpl(x, n)) }
+BatchRange ScanRange(const float* x, int64_t n) { RATELNN_ON_AVX2_OR_PORTABLE(ScanRangeImpl(x, n)) }
 
 BatchRange MergeRanges(const BatchRange& a, const BatchRange& b) {
   return BatchRange{a.min < b.min ? a.min : b.min, a.max > b.max ? a.max : b.max,

@@ -23,15 +23,6 @@ namespace isa_avx2 {
 #pragma GCC pop_options
 #endif
 
-// `return isa_<path>::call;` for the active path (AVX-512 machines run the AVX2 loops).
-#if RATELNN_X86_PATHS
-#define RATELNN_ON_ACTIVE_PATH(call) \
-  if (active_isa() >= Isa::kAvx2) return isa_avx2::call; \
-  return isa_portable::call;
-#else
-#define RATELNN_ON_ACTIVE_PATH(call) return isa_portable::call;
-#endif
-
 }  // namespace
 
 bool ParseRoundMode(const std::string& name, RoundMode* mode) {
@@ -96,14 +87,14 @@ template <typename T>
 void QuantizeUnits(const float* x, T* q, const ChannelLayout& layout, const float* scales,
                    RoundMode mode, int64_t unit_begin, int64_t unit_end) {
   ScopedExactFloatEnv exact_float;
-  RATELNN_ON_ACTIVE_PATH(QuantizeUnitsAnyMode<T>(x, q, layout, scales, mode, unit_begin, unit_end))
+  RATELNN_ON_AVX2_OR_PORTABLE(QuantizeUnitsAnyMode<T>(x, q, layout, scales, mode, unit_begin, unit_end))
 }
 
 template <typename T>
 void DequantizeUnits(const T* q, float* x, const ChannelLayout& layout, const float* scales,
                      int64_t unit_begin, int64_t unit_end) {
   ScopedExactFloatEnv exact_float;
-  RATELNN_ON_ACTIVE_PATH(DequantizeUnitsImpl<T>(q, x, layout, scales, unit_begin, unit_end))
+  RATELNN_ON_AVX2_OR_PORTABLE(DequantizeUnitsImpl<T>(q, x, layout, scales, unit_begin, unit_end))
 }
 
 #define RATELNN_INSTANTIATE(T)                                                          \
@@ -116,6 +107,5 @@ RATELNN_INSTANTIATE(uint8_t)
 RATELNN_INSTANTIATE(int16_t)
 RATELNN_INSTANTIATE(int32_t)
 #undef RATELNN_INSTANTIATE
-#undef RATELNN_ON_ACTIVE_PATH
 
 }  // namespace ratelnn
