@@ -100,7 +100,7 @@ bool quad_path_applies(DType x, DType w, bool wide) {
 
 bool taps_path_applies(int64_t cout, int64_t groups) {
 #if RATELNN_X86_PATHS
-  return cout == groups && isa_supported(Isa::kAvx512);
+  return cout == groups && isa_supported(Isa::kAvx2);
 #else
   (void)cout, (void)groups;
   return false;
