@@ -23,7 +23,7 @@
 //   zero padded.  The AVX2 and AVX-512 paths then read the 8/16-bit input directly (no padded
 //   copy; taps outside the image skipped), one sign/zero-extended int32 lane per channel, so
 //   vpmaddwd / vpdpwssd adds x * w per lane (the high halves multiply 0): 16 channels per zmm
-//   or two ymm (docs/architecture.md, kernel paths).
+//   or two ymm (docs/architecture.md §17).
 // - kScalar (int16 activations with int16 weights, or wide depthwise): plain loops over the
 //   HWIO constant; packed_weights is empty.
 #pragma once
