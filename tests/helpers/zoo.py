@@ -36,7 +36,8 @@ def fp32_cache(cache_root: Path, name: str) -> Path:
     """The folder under ``cache_root`` (the pytest cache) keeping zoo model ``name``'s FP32
     files between both CI passes and reruns (a Keras application takes 10-60 s to build and
     freeze; freezing runs no TF kernel, so the oneDNN setting does not change its bytes).
-    Keyed by the model folder's source, ratelnn's sources and the framework's version."""
+    Keyed by the model folder's source, ratelnn's sources and the framework's version; the
+    folders of other keys of ``name`` are deleted (a ResNet50 is 100 MB)."""
     from agraph import flow, registry
     model, _ = zoo_modules(name)
     if model.FRAMEWORK == "tensorflow":
@@ -48,6 +49,9 @@ def fp32_cache(cache_root: Path, name: str) -> Path:
         versions = f"mxnet {import_mxnet().__version__}"
     key = hashlib.sha256(f"{registry.entry(name).source_hash()} {flow.ratelnn_fingerprint()} {versions}"
                          .encode()).hexdigest()[:16]
+    for stale in Path(cache_root).glob(f"{name}-{'?' * len(key)}"):
+        if stale.name != f"{name}-{key}":
+            shutil.rmtree(stale, ignore_errors=True)
     return Path(cache_root) / f"{name}-{key}"
 
 
@@ -60,8 +64,9 @@ def reduced_agreement(name: str, cache_root: Path, workdir: Path, photos, calibr
     model, evaluation = zoo_modules(name)
     shapes = model.TEST_INPUT_SHAPES
     cpu, start = time.process_time(), time.time()
-    model.build(fp32_cache(cache_root, name), input_shapes=shapes)
-    shutil.copytree(fp32_cache(cache_root, name), workdir)
+    cached = fp32_cache(cache_root, name)
+    model.build(cached, input_shapes=shapes)
+    shutil.copytree(cached, workdir)
     built = time.time() - start
     calibration = model.preprocess(mirrored(photos.samples[:calibration_samples]), input_shapes=shapes)
     runs = stages(model, workdir, calibration, input_shapes=shapes)
