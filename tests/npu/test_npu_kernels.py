@@ -71,8 +71,9 @@ def test_depthwise_multipliers(data):
 @SETTINGS
 @given(data=st.data())
 def test_depthwise_borders_and_blocks(data):
-    """Depthwise geometry aimed at the AVX-512 direct kernel (packed_taps: no padded copy, taps
-    outside the image skipped, 4-pixel interior steps, masked channel tails): channels around
+    """Depthwise geometry aimed at both depthwise kernels (the direct one of the AVX2/AVX-512
+    paths from output width 12: packed_taps, no padded copy, taps outside the image skipped,
+    8/4-pixel interior steps, masked channel tails; the padded-copy one): channels around
     16/32/64, 1-row and 1-column inputs, strides 1-3, dilations 1-3, asymmetric pads, batch
     1-3, multipliers 1 and 2, 8/16-bit activations and int8/int16 weights, every epilogue."""
     xdt = data.draw(ACT)
@@ -81,9 +82,9 @@ def test_depthwise_borders_and_blocks(data):
     mult = data.draw(st.sampled_from([1, 1, 1, 2]))
     kh, kw = data.draw(st.sampled_from([1, 2, 3, 5])), data.draw(st.sampled_from([1, 3, 5]))
     dh, dw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
-    sh, sw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    sh, sw = data.draw(st.sampled_from([1, 1, 2, 3])), data.draw(st.sampled_from([1, 1, 2, 3]))
     eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
-    h, w = data.draw(st.sampled_from([1, 1, 2, 3, 6])), data.draw(st.integers(1, 14))
+    h, w = data.draw(st.sampled_from([1, 1, 2, 3, 6])), data.draw(st.one_of(st.integers(1, 14), st.integers(12, 40)))
     # pads in [0, extent) with the padded input at least one kernel extent
     pt = data.draw(st.integers(0, eh - 1))
     pb = data.draw(st.integers(max(0, eh - h - pt), eh - 1))
