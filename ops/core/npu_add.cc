@@ -42,6 +42,39 @@ void add_portable(const AddF64& p, const int32_t* a, const int32_t* b, int64_t n
   for (int64_t i = 0; i < n; ++i) out[i] = add_one(p, a[i], b[i]);
 }
 
+template <typename A, typename B, typename Y>
+void add_codes_portable(const AddF64& p, const A* a, const B* b, int64_t n, Y* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Y(add_one(p, a[i], b[i]));
+}
+
+// f(a, b, y) with the three buffers cast to their element types; false for a dtype not in
+// {int8, uint8, int16}.
+template <typename F>
+bool with_code_types(DType at, DType bt, DType yt, const void* a, const void* b, void* y, F f) {
+  auto as_b = [&](auto pa) {
+    auto as_y = [&](auto pb) {
+      switch (yt) {
+        case DType::kInt8: f(pa, pb, static_cast<int8_t*>(y)); return true;
+        case DType::kUInt8: f(pa, pb, static_cast<uint8_t*>(y)); return true;
+        case DType::kInt16: f(pa, pb, static_cast<int16_t*>(y)); return true;
+        default: return false;
+      }
+    };
+    switch (bt) {
+      case DType::kInt8: return as_y(static_cast<const int8_t*>(b));
+      case DType::kUInt8: return as_y(static_cast<const uint8_t*>(b));
+      case DType::kInt16: return as_y(static_cast<const int16_t*>(b));
+      default: return false;
+    }
+  };
+  switch (at) {
+    case DType::kInt8: return as_b(static_cast<const int8_t*>(a));
+    case DType::kUInt8: return as_b(static_cast<const uint8_t*>(a));
+    case DType::kInt16: return as_b(static_cast<const int16_t*>(a));
+    default: return false;
+  }
+}
+
 #if RATELNN_X86_PATHS
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -61,6 +94,32 @@ inline __m128i add4(const AddF64& p, __m128i a, __m128i b) {
     v = round_clamp4(v, _mm256_set1_pd(p.lo2), _mm256_set1_pd(p.hi2));
   }
   return _mm256_cvttpd_epi32(v);
+}
+
+// 8 codes widened to int32, and 8 int32 narrowed to codes (values already in range).
+inline __m256i widen8(const int8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+inline __m256i widen8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+inline __m256i widen8(const int16_t* p) { return _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m128i pack16(__m128i lo, __m128i hi) { return _mm_packs_epi32(lo, hi); }  // in-range int32 -> int16
+inline void narrow8(int8_t* y, __m128i lo, __m128i hi) {
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(y), _mm_packs_epi16(pack16(lo, hi), _mm_setzero_si128()));
+}
+inline void narrow8(uint8_t* y, __m128i lo, __m128i hi) {
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(y), _mm_packus_epi16(pack16(lo, hi), _mm_setzero_si128()));
+}
+inline void narrow8(int16_t* y, __m128i lo, __m128i hi) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(y), pack16(lo, hi));
+}
+
+template <typename A, typename B, typename Y>
+void add_codes_avx2(const AddF64& p, const A* a, const B* b, int64_t n, Y* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i va = widen8(a + i), vb = widen8(b + i);
+    narrow8(y + i, add4(p, _mm256_castsi256_si128(va), _mm256_castsi256_si128(vb)),
+            add4(p, _mm256_extracti128_si256(va, 1), _mm256_extracti128_si256(vb, 1)));
+  }
+  for (; i < n; ++i) y[i] = Y(add_one(p, a[i], b[i]));
 }
 
 void add_avx2(const AddF64& p, const int32_t* a, const int32_t* b, int64_t n, int32_t* out) {
@@ -91,6 +150,46 @@ inline __m256i add8(const AddF64& p, __m256i a, __m256i b) {
     v = round_clamp8(v, _mm512_set1_pd(p.lo2), _mm512_set1_pd(p.hi2));
   }
   return _mm512_cvttpd_epi32(v);
+}
+
+// 8 codes of a dtype widened to int32 (masked: the first `m` lanes), and narrowed back.
+inline __m256i widen8m(__mmask8 m, const int8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_maskz_loadu_epi8(__mmask16(m), p));
+}
+inline __m256i widen8m(__mmask8 m, const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_maskz_loadu_epi8(__mmask16(m), p));
+}
+inline __m256i widen8m(__mmask8 m, const int16_t* p) { return _mm256_cvtepi16_epi32(_mm_maskz_loadu_epi16(m, p)); }
+inline void narrow8m(__mmask8 m, int8_t* y, __m256i v) { _mm256_mask_cvtepi32_storeu_epi8(y, m, v); }
+inline void narrow8m(__mmask8 m, uint8_t* y, __m256i v) { _mm256_mask_cvtepi32_storeu_epi8(y, m, v); }
+inline void narrow8m(__mmask8 m, int16_t* y, __m256i v) { _mm256_mask_cvtepi32_storeu_epi16(y, m, v); }
+
+// 16 codes widened to int32, and 16 int32 narrowed (register forms: the masked memory form of
+// vpmovdb is slow on AMD Zen 4).
+inline __m512i widen16(const int8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m512i widen16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m512i widen16(const int16_t* p) {
+  return _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline void narrow16(int8_t* y, __m512i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm512_cvtepi32_epi8(v)); }
+inline void narrow16(uint8_t* y, __m512i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm512_cvtepi32_epi8(v)); }
+inline void narrow16(int16_t* y, __m512i v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(v));
+}
+
+template <typename A, typename B, typename Y>
+void add_codes_avx512(const AddF64& p, const A* a, const B* b, int64_t n, Y* y) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i va = widen16(a + i), vb = widen16(b + i);
+    __m256i lo = add8(p, _mm512_castsi512_si256(va), _mm512_castsi512_si256(vb));
+    __m256i hi = add8(p, _mm512_extracti64x4_epi64(va, 1), _mm512_extracti64x4_epi64(vb, 1));
+    narrow16(y + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+  }
+  for (; i < n; i += 8) {  // the tail, masked
+    const __mmask8 m = n - i >= 8 ? __mmask8(0xFF) : __mmask8((1u << (n - i)) - 1);
+    narrow8m(m, y + i, add8(p, widen8m(m, a + i), widen8m(m, b + i)));
+  }
 }
 
 void add_avx512(const AddF64& p, const int32_t* a, const int32_t* b, int64_t n, int32_t* out) {
@@ -141,6 +240,17 @@ void add_f64(const AddF64& plan, const int32_t* a, const int32_t* b, int64_t n, 
   if (isa >= Isa::kAvx2) return add_avx2(plan, a, b, n, out);
 #endif
   add_portable(plan, a, b, n, out);
+}
+
+bool add_f64_codes(const AddF64& plan, const void* a, DType at, const void* b, DType bt, int64_t n, void* y, DType yt) {
+#if RATELNN_X86_PATHS
+  const Isa isa = active_isa();
+  if (isa >= Isa::kAvx512)
+    return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { add_codes_avx512(plan, pa, pb, n, py); });
+  if (isa >= Isa::kAvx2)
+    return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { add_codes_avx2(plan, pa, pb, n, py); });
+#endif
+  return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { add_codes_portable(plan, pa, pb, n, py); });
 }
 
 }  // namespace npu

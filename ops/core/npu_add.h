@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "core/npu_engine.h"
+
 namespace ratelnn {
 namespace npu {
 
@@ -31,6 +33,9 @@ bool add_f64_then(int64_t m2, int s2, int64_t lo2, int64_t hi2, AddF64* plan);
 
 // out[i] = the plan applied to (a[i], b[i]), i < n, on the active kernel path (core/isa.h).
 void add_f64(const AddF64& plan, const int32_t* a, const int32_t* b, int64_t n, int32_t* out);
+// y[i] = the plan applied to (a[i], b[i]), i < n, read and written as codes of their dtypes
+// (int8, uint8, int16; no int32 rows in between); false, doing nothing, for another dtype.
+bool add_f64_codes(const AddF64& plan, const void* a, DType at, const void* b, DType bt, int64_t n, void* y, DType yt);
 
 }  // namespace npu
 }  // namespace ratelnn
