@@ -78,6 +78,7 @@ bool with_code_types(DType at, DType bt, DType yt, const void* a, const void* b,
 #if RATELNN_X86_PATHS
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+namespace isa_avx2 {  // the namespaces of the wide code (tests/npu/test_isa_paths.py checks)
 // round_clamp on 4 lanes; trunc by the caller's conversion or by round_pd.
 inline __m256d round_clamp4(__m256d v, __m256d lo, __m256d hi) {
   const __m256d sign = _mm256_set1_pd(-0.0), half = _mm256_set1_pd(0.5);
@@ -131,10 +132,12 @@ void add_avx2(const AddF64& p, const int32_t* a, const int32_t* b, int64_t n, in
   }
   for (; i < n; ++i) out[i] = add_one(p, a[i], b[i]);
 }
+}  // namespace isa_avx2
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512dq,avx512vl,avx512bw")
+namespace isa_avx512 {
 inline __m512d round_clamp8(__m512d v, __m512d lo, __m512d hi) {
   const __m512d sign = _mm512_set1_pd(-0.0), half = _mm512_set1_pd(0.5);
   v = _mm512_add_pd(v, _mm512_or_pd(_mm512_and_pd(v, sign), half));
@@ -205,6 +208,7 @@ void add_avx512(const AddF64& p, const int32_t* a, const int32_t* b, int64_t n, 
     _mm256_mask_storeu_epi32(out + i, m, add8(p, va, vb));
   }
 }
+}  // namespace isa_avx512
 #pragma GCC pop_options
 #endif
 
@@ -236,8 +240,8 @@ bool add_f64_then(int64_t m2, int s2, int64_t lo2, int64_t hi2, AddF64* plan) {
 void add_f64(const AddF64& plan, const int32_t* a, const int32_t* b, int64_t n, int32_t* out) {
 #if RATELNN_X86_PATHS
   const Isa isa = active_isa();
-  if (isa >= Isa::kAvx512) return add_avx512(plan, a, b, n, out);
-  if (isa >= Isa::kAvx2) return add_avx2(plan, a, b, n, out);
+  if (isa >= Isa::kAvx512) return isa_avx512::add_avx512(plan, a, b, n, out);
+  if (isa >= Isa::kAvx2) return isa_avx2::add_avx2(plan, a, b, n, out);
 #endif
   add_portable(plan, a, b, n, out);
 }
@@ -246,9 +250,9 @@ bool add_f64_codes(const AddF64& plan, const void* a, DType at, const void* b, D
 #if RATELNN_X86_PATHS
   const Isa isa = active_isa();
   if (isa >= Isa::kAvx512)
-    return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { add_codes_avx512(plan, pa, pb, n, py); });
+    return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { isa_avx512::add_codes_avx512(plan, pa, pb, n, py); });
   if (isa >= Isa::kAvx2)
-    return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { add_codes_avx2(plan, pa, pb, n, py); });
+    return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { isa_avx2::add_codes_avx2(plan, pa, pb, n, py); });
 #endif
   return with_code_types(at, bt, yt, a, b, y, [&](auto pa, auto pb, auto py) { add_codes_portable(plan, pa, pb, n, py); });
 }
