@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -11,13 +10,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define RATELNN_CPU_RELAX() _mm_pause()
-#else
-#define RATELNN_CPU_RELAX() std::this_thread::yield()
-#endif
 
 namespace ratelnn {
 namespace npu {
@@ -28,23 +20,6 @@ constexpr int kMaxWorkers = 64;
 // machine) leaves its unstarted chunks to the others instead of stalling the whole call.
 constexpr int kChunksPerThread = 4;
 thread_local bool t_inside_pool_task = false;
-// How long an idle worker, and a caller waiting for the last chunks, poll before sleeping: an
-// engine's instructions follow each other within microseconds, and a futex wake-up plus a
-// context switch per instruction is a large share of a small model's run (docs/architecture.md §7).
-constexpr std::chrono::microseconds kSpin(50);
-
-// Poll `ready` for up to kSpin; true once it holds.
-template <typename F>
-bool spin_until(F ready) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
-  for (;;) {
-    for (int k = 0; k < 64; ++k) {
-      if (ready()) return true;
-      RATELNN_CPU_RELAX();
-    }
-    if (std::chrono::steady_clock::now() >= until) return ready();
-  }
-}
 
 // One parallel_for call: its chunks, the next chunk to hand out, a countdown of unfinished
 // chunks, the first error.
@@ -93,41 +68,31 @@ class Pool {
       workers_.back().detach();
     }
     for (int k = 0; k < helpers; ++k) queue_.push_back(job);
-    queued_.fetch_add(helpers);
-    if (sleeping_ > 0) wake_.notify_all();  // polling workers see queued_ without a wake-up
+    wake_.notify_all();
   }
 
   // Take back the requests for `job` no worker has picked up (its chunks are all handed out).
   void withdraw(const Job* job) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto kept = std::remove_if(queue_.begin(), queue_.end(), [&](const auto& j) { return j.get() == job; });
-    queued_.fetch_sub(int(queue_.end() - kept));
-    queue_.erase(kept, queue_.end());
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& j) { return j.get() == job; }),
+                 queue_.end());
   }
 
  private:
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
-  int sleeping_ = 0;            // workers waiting on wake_ (under mu_)
   std::vector<std::thread> workers_;
 
   void work() {
     t_inside_pool_task = true;
     for (;;) {
-      spin_until([&] { return queued_.load(std::memory_order_relaxed) > 0; });
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        if (queue_.empty()) {
-          ++sleeping_;
-          wake_.wait(lock, [&] { return !queue_.empty(); });
-          --sleeping_;
-        }
+        wake_.wait(lock, [&] { return !queue_.empty(); });
         job = queue_.front();
         queue_.pop_front();
-        queued_.fetch_sub(1);
       }
       job->drain();
     }
@@ -158,7 +123,7 @@ void parallel_for(int64_t total, int threads, const std::function<void(int64_t, 
   job->drain();
   pool.withdraw(job.get());
   t_inside_pool_task = was_inside;
-  if (!spin_until([&] { return job->remaining.load() == 0; })) {
+  {
     std::unique_lock<std::mutex> lock(job->mu);
     job->done.wait(lock, [&] { return job->remaining.load() == 0; });
   }
