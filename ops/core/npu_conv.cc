@@ -25,6 +25,7 @@ constexpr int kMR = 6;   // pixels per GEMM micro-tile
 constexpr int kMT = 48;  // pixels per packed im2col tile
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;  // smaller convs run on the calling thread
 constexpr int64_t kDepthwiseScratchBytes = int64_t(8) << 20;  // padded samples per depthwise pass
+constexpr int64_t kDwDirectMinWidth = 12;  // output width from which depthwise reads x in place
 constexpr int64_t kKC = 256;  // k pairs per weight sub-block (16 KiB: stays in L1 across a tile)
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -98,6 +99,15 @@ bool quad_path_applies(DType x, DType w, bool wide) {
 #endif
 }
 
+bool taps_path_applies(int64_t cout, int64_t groups) {
+#if RATELNN_X86_PATHS
+  return cout == groups && isa_supported(Isa::kAvx2);
+#else
+  (void)cout, (void)groups;
+  return false;
+#endif
+}
+
 ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide) {
   if (x == DType::kInt16 && w == DType::kInt16) return ConvPath::kScalar;
   if (cg == 1 && groups > 1) return wide ? ConvPath::kScalar : ConvPath::kDepthwise;
@@ -109,6 +119,7 @@ void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh
   ins.packed_weights.clear();
   ins.packed_quads.clear();
   ins.quad_correction.clear();
+  ins.packed_taps.clear();
   ConvPath path = conv_path(x, w.dtype, cg, groups, ins.wide_accumulator);
   std::vector<int16_t> packed;
   if (path == ConvPath::kGemm) {
@@ -150,6 +161,12 @@ void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh
             int64_t o = cb * kNR + dw_channel(h, i);
             if (o < cout) packed[(cb * tap_pairs + t / 2) * 32 + h * 16 + 2 * i + (t & 1)] = int16_t(w.at(t * cout + o));
           }
+    if (taps_path_applies(cout, groups)) {
+      ins.packed_taps.assign(blocks * taps * kNR, 0);
+      for (int64_t o = 0; o < cout; ++o)
+        for (int64_t t = 0; t < taps; ++t)
+          ins.packed_taps[((o / kNR) * taps + t) * kNR + o % kNR] = int32_t(uint16_t(int16_t(w.at(t * cout + o))));
+    }
   } else {
     return;
   }

@@ -80,6 +80,9 @@ struct Instruction {
   // activations (they enter as x + 128); both empty otherwise.
   std::vector<int8_t> packed_quads;
   std::vector<int32_t> quad_correction;
+  // The depthwise weights (multiplier 1) of the AVX2 and AVX-512 paths, built when the CPU has AVX2
+  // (npu_kernels.h): int32 [ceil(Cout/16)][kh*kw][16 channels]; empty otherwise.
+  std::vector<int32_t> packed_taps;
   bool wide_accumulator = false;  // int64 accumulation needed (else int32 cannot overflow)
 };
 

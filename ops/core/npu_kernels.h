@@ -18,6 +18,12 @@
 // - kDepthwise (cg == 1, groups > 1, not wide): per output pixel, 16 channels at a time, two
 //   taps per vpmaddwd.  packed_weights: int16 [ceil(Cout/16)][ceil(kh*kw/2)][2 halves][8][2 taps]
 //   (half 0 = channels 0-3, 8-11 of the block, half 1 = 4-7, 12-15: the vpunpck order), zero padded.
+//   Multiplier 1 (Cout == groups) on a CPU with AVX2: also packed_taps, int32
+//   [ceil(Cout/16)][kh*kw][16 channels], each the weight's int16 bits zero-extended (high half 0),
+//   zero padded.  The AVX2 and AVX-512 paths then read the 8/16-bit input directly (no padded
+//   copy; taps outside the image skipped), one sign/zero-extended int32 lane per channel, so
+//   vpmaddwd / vpdpwssd adds x * w per lane (the high halves multiply 0): 16 channels per zmm
+//   or two ymm (docs/architecture.md §17).
 // - kScalar (int16 activations with int16 weights, or wide depthwise): plain loops over the
 //   HWIO constant; packed_weights is empty.
 #pragma once
@@ -40,6 +46,9 @@ inline int64_t round_shift(int64_t p, int s) {
 inline int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 enum class ConvPath { kGemm, kDepthwise, kScalar };
+
+// Whether pack_conv_weights also builds packed_taps (see above) for a kDepthwise conv.
+bool taps_path_applies(int64_t cout, int64_t groups);
 
 // Whether pack_conv_weights also builds packed_quads (see above) for a kGemm conv.
 bool quad_path_applies(DType x, DType w, bool wide);

@@ -70,6 +70,65 @@ def test_depthwise_multipliers(data):
 
 @SETTINGS
 @given(data=st.data())
+def test_depthwise_borders_and_blocks(data):
+    """Depthwise geometry aimed at both depthwise kernels (the direct one of the AVX2/AVX-512
+    paths from output width 12: packed_taps, no padded copy, taps outside the image skipped,
+    8/4-pixel interior steps, masked channel tails; the padded-copy one): channels around
+    16/32/64, 1-row and 1-column inputs, strides 1-3, dilations 1-3, asymmetric pads, batch
+    1-3, multipliers 1 and 2, 8/16-bit activations and int8/int16 weights, every epilogue."""
+    xdt = data.draw(ACT)
+    wdt = "int16" if xdt != "int16" and data.draw(st.booleans()) else "int8"
+    cin = data.draw(st.one_of(CHANNELS, st.sampled_from([47, 48, 63, 64, 65, 96, 129])))
+    mult = data.draw(st.sampled_from([1, 1, 1, 2]))
+    kh, kw = data.draw(st.sampled_from([1, 2, 3, 5])), data.draw(st.sampled_from([1, 3, 5]))
+    dh, dw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    sh, sw = data.draw(st.sampled_from([1, 1, 2, 3])), data.draw(st.sampled_from([1, 1, 2, 3]))
+    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    h, w = data.draw(st.sampled_from([1, 1, 2, 3, 6])), data.draw(st.one_of(st.integers(1, 14), st.integers(12, 40)))
+    # pads in [0, extent) with the padded input at least one kernel extent
+    pt = data.draw(st.integers(0, eh - 1))
+    pb = data.draw(st.integers(max(0, eh - h - pt), eh - 1))
+    pl = data.draw(st.integers(0, ew - 1))
+    pr = data.draw(st.integers(max(0, ew - w - pl), ew - 1))
+    n, cout = data.draw(st.integers(1, 3)), cin * mult
+    oh, ow = (h + pt + pb - eh) // sh + 1, (w + pl + pr - ew) // sw + 1
+    sx, sy = scale(data), scale(data, -6, 0)
+    sws = np.array([scale(data, -9, -5) for _ in range(cout)])
+    x = rand_codes(data, (n, h, w, cin), xdt)
+    wq = rand_codes(data, (kh, kw, 1, cout), wdt)
+    bias = rand_codes(data, (cout,), "int16").astype(np.int32)
+    leaky = data.draw(st.booleans())
+    b = EngineBuilder("dw", n)
+    tx, ty = b.tensor("x", x.shape, xdt, sx), b.tensor("y", (n, oh, ow, cout), data.draw(ACT), sy)
+    consts = requant_consts(b, wq, xdt, sx * sws / sy, bias, 0.1 * sx * sws / sy if leaky else None)
+    b.add("CONV2D", [tx], [ty], consts, strides=(sh, sw), dilations=(dh, dw), pads=(pt, pb, pl, pr), groups=cin,
+          act_min=0 if data.draw(st.booleans()) else None)
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
+def test_depthwise_mobilenet_rows():
+    """A MobileNetV2-like depthwise layer (stride 2, pads (0, 1, 0, 1), 96 channels, ReLU6
+    bounds) and a 5x5 one with 40 channels, int8 and uint8 inputs: many interior pixels, two
+    threads splitting rows, outputs not saturated."""
+    rng = np.random.default_rng(7)
+    for xdt, (h, c, k, s, pads) in [("int8", (23, 96, 3, 2, (0, 1, 0, 1))), ("uint8", (17, 40, 5, 1, (2, 2, 2, 2)))]:
+        lo, hi = (-128, 127) if xdt == "int8" else (0, 255)
+        x = rng.integers(lo, hi + 1, (2, h, h, c)).astype(xdt)
+        wq = rng.integers(-128, 128, (k, k, 1, c)).astype(np.int8)
+        o = (h + pads[0] + pads[1] - k) // s + 1
+        b = EngineBuilder("mv2_dw", 2)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.02), b.tensor("y", (2, o, o, c), "uint8", 6 / 255)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, np.full(c, 0.02 * 0.004 / (6 / 255)),
+                                                   rng.integers(-3000, 3000, c)),
+              strides=(s, s), dilations=(1, 1), pads=pads, groups=c, act_min=0, act_max=255)
+        b.set_io([tx], [ty])
+        (y,) = check(b, [x])
+        assert len(np.unique(y)) > 50
+
+
+@SETTINGS
+@given(data=st.data())
 def test_wide_and_scalar_convs(data):
     """int16 activations with K > 511 (int32 chunks summed in int64) and int16 x int16
     weights (the scalar path)."""
