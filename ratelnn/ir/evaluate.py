@@ -93,6 +93,9 @@ def _conv2d(node: Node, x, w, b=None):
     strides, dilations = a.get("strides", (1, 1)), a.get("dilations", (1, 1))
     if cin_g == 1 and cout == groups:
         y = _depthwise_taps(xh, w, strides, dilations)
+    elif kh == kw == 1 and groups == 1:   # pointwise: one matrix product, no window copy
+        xs = xh[:, ::strides[0], ::strides[1], :]
+        y = (xs.reshape(-1, cin_g) @ w.reshape(cin_g, cout)).reshape(*xs.shape[:3], cout)
     else:
         win = _windows(xh, (kh, kw), strides, dilations)
         n, oh, ow = win.shape[:3]
