@@ -41,7 +41,7 @@ RATIO = 1.3
 
 # measured separately (one-off probes on the same inputs, not by this script); see the text
 BASIC_PITCH_WHY = (
-    "Why basic-pitch stays below 0.99. Its front end computes a CQT (16 kernel convolutions "
+    "Where basic-pitch's loss comes from. Its front end computes a CQT (16 kernel convolutions "
     "over 8 octaves), the magnitude `|x|` (`Sqrt`, CPU), then `10·log10(|x|² + 1e-10)` "
     "normalized to [0, 1] per window; the `+ 1e-10` is an `Add` ratelnn quantizes, so the "
     "power `|x|²` becomes a border tensor quantized linearly just before a `Log`. Measured "
@@ -55,23 +55,37 @@ BASIC_PITCH_WHY = (
     "0.957/0.947/0.926); quantizing the `Add`'s output, the `Log` input, is worse "
     "(0.906/0.799/0.913 at both widths: `log(0)`). The CQT real/imaginary parts, their "
     "concatenation and the magnitude lose about 0.05 in int8 (68-87% of values below half a "
-    "code) and nothing in int16 (at least 0.999); the audio, the octave signals, the dB and "
-    "normalized tensors, and the CQT weights in int8 lose at most 0.013. So the loss is the "
-    "log of a linearly quantized spectrogram: bit width cannot save the power tensor, only "
-    "leaving its `Add` in `fp32` does. A configuration that reaches 0.99: `{\"layer_name\": "
-    "\".../normalized_log_1/add\", \"data_type\": \"fp32\"}` plus `int16` on the front end "
-    "(`start_tensor_names: [input_2]`, `end_tensor_names: [.../cq_t2010v2_1/transpose_70]`) "
-    "gives 0.9945 at 456.5 us, 1.060 x the all-int8 latency (0.9952 with every node of the "
-    "CQT scope named, 0.9954 with `percentile`); the whole CQT in `fp32` instead gives 0.9996"
-    " at 2.46 x. Before the fix of this branch, `int16` given to a float op (the `Sqrt`, the "
-    "`Pack`s, the `MirrorPad`s) or to the scale-preserving op reading it did not reach the "
-    "border tensor, which stayed 8-bit (the magnitude uint8, 84% exact zeros, 0.924 with the "
-    "same entries); see docs/quantization.md \"Configuration handled by the policy\". tune does"
-    " not find this configuration: each half alone does not help (the `Add` in `fp32` alone "
-    "0.922, the front end in `int16` alone 0.927), and its per-layer steps change the least "
-    "precise layers one dtype at a time. The table above was measured before that fix."
+    "code) and nothing in int16 (at least 0.999). So the loss is the log of a linearly "
+    "quantized spectrogram: bit width cannot save the power tensor, only leaving its `Add` in "
+    "`fp32` does, and only together with the CQT in `int16`: each half alone does not help (the "
+    "`Add` in `fp32` alone 0.922, the front end in `int16` alone 0.927), so the per-layer steps, "
+    "which change the least precise layers one dtype at a time, miss it. tune's *borders* step "
+    "(docs/quantization.md §11, step 4) makes that joint move for every quantized tensor a "
+    "sensitive float op reads (here the `Pow` of the CQT parts, the `Log` and the normalizing "
+    "`div_no_nan`): their producers in `fp32`, every 8-bit tensor upstream of them, back to the "
+    "previous sensitive op, in `int16`; then drops the entries that do not matter. A hand "
+    "configuration measured before (the `Add` in `fp32`, `int16` from `input_2` to the CQT's "
+    "last transpose) gave 0.9945 at 1.060 x; the whole CQT in `fp32` 0.9996 at 2.46 x."
 )
 
+
+# measured separately: python bench/tune.py --only textgenrnn --max-evals 30 --time-budget 1800
+TEXTGENRNN_WHY = (
+    "textgenrnn (an LSTM over 40 characters, unrolled: 662 8-bit layers to rank, about 30 s per "
+    "candidate on the loaded machine) stops at the 200 s budget above after 7 candidates. "
+    "Given 30 candidates and 1800 s (`--only textgenrnn --max-evals 30 --time-budget 1800`, "
+    "906 s) tune reaches 0.522967 at 1.014 x (`percentile`, `auto_int16` at 40 dB / 30%, `fp32` on the 8 least precise "
+    "layers): NOT met, and 0.0003 below TFLite PTQ (0.523270). The metric does not rise with "
+    "precision: `int16` on all 662 gives 0.4725, on the 128 least precise 0.5215, "
+    "`fp32` on the 368 least precise 0.4180; it has no sensitive float op for the borders step "
+    "(its float ops are the embedding's Gather, the LSTM gate splits and BiasAdds, the "
+    "attention's Sum). One-off probes (compiled model, same inputs, one calibration): every "
+    "node `fp32` 1.000; every activation `int16` 0.535, with every weight `int16` too 0.662; "
+    "int8 with every `MatMul` in `fp32` 0.332, every `Mul`/`Add` 0.293, every `Sigmoid`/`Tanh`"
+    " 0.377, the `Softmax`es 0.506. So its outputs react to any quantization noise anywhere in"
+    " the 40 unrolled steps, and no per-layer choice within 1.3 x recovers them; why it is that "
+    "sensitive is not established."
+)
 
 def tflite_source(name: str, graph_def, inputs, outputs, sample_shape):
     """A TFLiteConverter for the model: from its Keras model, else from the frozen graph
@@ -289,8 +303,8 @@ def main() -> int:
              "on the same inputs (cosines of its three outputs): every activation and weight in "
              "int16 0.957/0.947/0.926, every quantized op in fp32 but the scale-preserving ones "
              "(Squeeze, Reshape, Pad, Transpose) 0.946/0.952/0.920, only the Squeezes quantized "
-             "0.951/0.967/0.918, nothing quantized 1.0: the loss is not one of bit width (next paragraph).",
-             "", BASIC_PITCH_WHY]
+             "0.951/0.967/0.918, nothing quantized 1.0: the loss is not one of bit width alone (next paragraph).",
+             "", BASIC_PITCH_WHY, "", TEXTGENRNN_WHY]
     lines += ["", "| model | naive int8 | tune | x all-int8 | TFLite PTQ | acceptance |", "|---|---:|---:|---:|---:|---|"]
     for row in rows:
         lines.append(summary(row))

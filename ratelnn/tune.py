@@ -16,10 +16,14 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
    ``equalization``, ``bias_correction``, ``adaround_iterations`` (a key the config does not
    know is skipped; they cost no latency);
 3. while the target is not met: ``auto_int16`` at its defaults and with a larger budget;
-4. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
+4. while it is not met, *borders* (:meth:`Tuner._border_moves`): every quantized tensor a
+   numerically sensitive float op reads (:data:`SENSITIVE_OPS`: Log, Div, Sqrt, Pow, ...)
+   kept fp32 jointly with int16 on the quantized region upstream of it (back to the previous
+   sensitive op or graph input), all borders at once, then each on its own;
+5. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
    :meth:`Tuner._prefixes`), by the SQNR each loses (``analysis.layer_rows``) or, where the
    numpy evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts;
-5. once met: layer entries dropped again, one at a time, while the target still holds.
+6. once met: layer entries dropped again, one at a time, while the target still holds.
 
 Statistics: one calibration per set of pass settings that needs its own (a pass that changes
 the float graph, or whose quantizer reads statistics the base calibration lacks), each in
@@ -62,6 +66,15 @@ AUTO_INT16 = (("auto_int16", {"auto_int16": True}),
               ("auto_int16 (40 dB, 30%)", {"auto_int16": True, "auto_int16_sqnr_db": 40.0,
                                            "auto_int16_max_fraction": 0.3}))
 MIN_GAIN = 1e-4          # a change is kept when it raises the metric by more than this
+# float ops whose result is sensitive to small absolute errors of their input over a wide
+# dynamic range (stage 4, "borders"): IR op names and the framework types of Opaque nodes,
+# lower case
+SENSITIVE_OPS = frozenset((
+    "div", "sqrt", "rsqrt", "exp",                                      # IR ops kept float
+    "log", "log1p", "log2", "log10", "exp2", "expm1", "pow", "power", "_power", "broadcast_power",
+    "_power_scalar", "_rpower_scalar", "reciprocal", "inv", "realdiv", "truediv", "divnonan",
+    "div_no_nan", "xlogy", "xdivy", "floordiv", "_rdiv_scalar", "_div_scalar", "broadcast_div",
+    "elemwise_div"))
 
 
 # ------------------------------------------------------------------ results
@@ -181,7 +194,7 @@ class Tuner:
     def __init__(self, conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
                  max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
                  calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-                 passes: Optional[Sequence[str]] = None) -> None:
+                 passes: Optional[Sequence[str]] = None, borders: bool = True) -> None:
         from .calibration.progress import Progress
         from .config import ConfigError
         for name, value, ok, expected in (
@@ -197,6 +210,7 @@ class Tuner:
         self.data, self.metric_fn, self.target = data, metric, float(target)
         self.ratio, self.max_evals, self.time_budget_s = float(max_latency_ratio), int(max_evals), time_budget_s
         self.calibration_data = data if calibration_data is None else calibration_data
+        self.borders = bool(borders)
         self.batch_size = batch_size
         self.root = os.path.join(str(conv.config["output_dir"]), "tune")
         self.start = time.monotonic()
@@ -401,6 +415,91 @@ class Tuner:
             best = found
         return best
 
+    def _border_moves(self, best: Point) -> List[Tuple[str, List[str], List[str]]]:
+        """(sensitive op, fp32 node names, int16 layer names) per float op of
+        :data:`SENSITIVE_OPS` reading a quantized tensor, in graph order.  fp32: the quantized
+        nodes producing that tensor (through scale-preserving ones up to its anchor's
+        producer), so it stays float; int16: every 8-bit anchor upstream of the op, back to
+        the previous sensitive op or a graph input (a quantized node by its name, a graph
+        input or a float op's output border by the input's or the float op's name)."""
+        from .config import normalize
+        from .quantization.policy import activation_inputs, is_scale_preserving, make_plan
+        family, out = self._family(best.settings)
+        graph = family.graph
+        plan = make_plan(graph, normalize(dict(self.conv.config, output_dir=out, **best.settings),
+                                          family.handler.framework))
+        quantized, anchors = set(plan.quantized_nodes), set(plan.anchors)
+        producers = {t: n for n in graph.nodes for t in n.outputs}
+        fixed = {str(e.get("layer_name")) for e in self.user_layers}
+        moves, seen_moves = [], set()
+        for op in graph.nodes:
+            if op.name in quantized or not _sensitive(op):
+                continue
+            fp32: List[str] = []
+            for t in activation_inputs(graph, op):
+                node = producers.get(t)
+                while node is not None and node.name in quantized and node.name not in fp32:
+                    fp32.append(node.name)
+                    node = producers.get(node.inputs[0]) if is_scale_preserving(node) else None
+            fp32 = [n for n in fp32 if n not in fixed]
+            if not fp32:
+                continue
+            int16: List[str] = []
+            stack, visited = list(activation_inputs(graph, op)), set()
+            while stack:
+                t = stack.pop()
+                if t in visited:
+                    continue
+                visited.add(t)
+                node = producers.get(t)
+                if node is None or node.name not in quantized:   # a border: input or float op output
+                    name = t if node is None else node.name
+                    if t in anchors and name not in int16:
+                        int16.append(name)
+                    if node is None or _sensitive(node):
+                        continue
+                elif not is_scale_preserving(node) and node.name not in fp32 and node.name not in int16:
+                    int16.append(node.name)
+                stack.extend(activation_inputs(graph, node))
+            int16 = [n for n in int16 if n not in fixed]
+            key = (tuple(fp32), tuple(sorted(int16)))
+            if key not in seen_moves:
+                seen_moves.add(key)
+                moves.append((op.name, fp32, int16))
+        return moves
+
+    def _stage_borders(self, best: Point) -> Point:
+        """The border moves of :meth:`_border_moves` on ``best``: all at once, then each on
+        its own, kept cumulatively when it raises the metric (a move's fp32 and int16 halves
+        go together: either alone may gain nothing)."""
+        moves = self._border_moves(best)
+        method = best.settings["quantize_algorithm"]
+
+        def trial(label: str, base: Point, chosen) -> Point:
+            entries = {e["layer_name"]: e for e in base.settings["layer_configs"][len(self.user_layers):]}
+            for _, fp32, int16 in chosen:
+                for names, dtype in ((int16, "int16"), (fp32, "fp32")):
+                    for name in names:
+                        entries.pop(name, None)
+                        entries[name] = {"layer_name": name, "data_type": dtype}
+            settings = dict(base.settings, layer_configs=self.user_layers + list(entries.values()))
+            return self.evaluate(f"{method} + {label}", settings)
+
+        found = best
+        if len(moves) > 1:
+            p = trial(f"fp32 at {len(moves)} sensitive borders, int16 upstream", best, moves)
+            if self._meets(p):
+                return p
+            found = p if self._better(p, found) else found
+        step = best
+        for move in moves:
+            p = trial(f"fp32 at border {move[0]}, int16 upstream", step, [move])
+            if self._better(p, step):
+                step = p
+                if self._meets(step):
+                    break
+        return step if self._meets(step) or self._better(step, found) else found
+
     def _ranked_layers(self, best: Point) -> List[Tuple[str, List[Dict[str, str]], List[Dict[str, str]]]]:
         """(layer, int16 entries, fp32 entries) of every 8-bit layer (and quantized graph
         input), least precise first: by the SQNR the layer loses on the first batch
@@ -531,6 +630,8 @@ class Tuner:
                 best = self._stage_passes(best)
                 if not self._meets(best):
                     best = self._stage_auto_int16(best)
+                if not self._meets(best) and self.borders:
+                    best = self._stage_borders(best)
                 if not self._meets(best):
                     best = self._stage_layers(best)
                 if self._meets(best) and best.settings["layer_configs"] != self.user_layers:
@@ -563,16 +664,22 @@ class Tuner:
 def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
          max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
          calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-         passes: Optional[Sequence[str]] = None) -> TuneResult:
+         passes: Optional[Sequence[str]] = None, borders: bool = True) -> TuneResult:
     """See :meth:`ratelnn.convert.ConvertImpl.tune`."""
     return Tuner(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                 calibration_data, batch_size, progress, passes).run()
+                 calibration_data, batch_size, progress, passes, borders).run()
 
 
 # ------------------------------------------------------------------ helpers
 def _config_keys() -> set:
     from .config import DEFAULTS
     return set(DEFAULTS)
+
+
+def _sensitive(node) -> bool:
+    """Whether ``node`` is a float op of :data:`SENSITIVE_OPS` (Opaque: by its framework type)."""
+    kind = node.attrs.get("type") if node.op == "Opaque" else node.op
+    return str(kind).lower() in SENSITIVE_OPS
 
 
 def _slug(name: str) -> str:

@@ -79,10 +79,28 @@ namespace isa_avx2 {
 }  // namespace isa_avx2
 #undef RATELNN_ISA_LEVEL
 #pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avx512f,avx512bw,avx512dq,avx512vl")
+#pragma GCC diagnostic push  // GCC 12's AVX-512 headers: false "__Y may be used uninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define RATELNN_ISA_LEVEL 2
+namespace isa_avx512 {
+#include "core/minmax_kernels.inc"
+}  // namespace isa_avx512
+#undef RATELNN_ISA_LEVEL
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
 #endif
 
+// The fused range + histogram scan: its own AVX-512 loop (16 lanes, vpcompressd) on the
+// AVX-512 paths (ScanRange there is the 8-lane loop compiled for AVX-512), else as
+// RATELNN_ON_AVX2_OR_PORTABLE.
 template <int kCopies, typename Count>
 BatchRange ScanAndCount(const float* x, int64_t n, float scale, Count* counts) {
+#if RATELNN_X86_PATHS
+  if (active_isa() >= Isa::kAvx512) return isa_avx512::ScanAndCount<kCopies>(x, n, scale, counts);
+#endif
   RATELNN_ON_AVX2_OR_PORTABLE(ScanAndCount<kCopies>(x, n, scale, counts))
 }
 
@@ -136,7 +154,12 @@ void HistogramPass(const float* x, int64_t n, int range_exp, const PartRunner& r
 
 }  // namespace
 
-BatchRange ScanRange(const float* x, int64_t n) { RATELNN_ON_AVX2_OR_PORTABLE(ScanRangeImpl(x, n)) }
+BatchRange ScanRange(const float* x, int64_t n) {
+#if RATELNN_X86_PATHS
+  if (active_isa() >= Isa::kAvx512) return isa_avx512::ScanRangeImpl(x, n);
+#endif
+  RATELNN_ON_AVX2_OR_PORTABLE(ScanRangeImpl(x, n))
+}
 
 BatchRange MergeRanges(const BatchRange& a, const BatchRange& b) {
   return BatchRange{a.min < b.min ? a.min : b.min, a.max > b.max ? a.max : b.max,

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <new>
 
+#include "core/npu_add.h"
 #include "core/npu_kernels.h"
 #include "core/npu_threads.h"
 
@@ -30,6 +31,8 @@ inline int64_t rdiv(int64_t n, int64_t d) {
   if (2 * r >= uint64_t(d)) ++q;
   return n < 0 ? -int64_t(q) : int64_t(q);
 }
+
+inline int64_t qabs(DType t) { return std::max(-qmin(t), qmax(t)); }
 
 inline int64_t load(const uint8_t* p, DType t, int64_t i) {
   switch (t) {
@@ -347,17 +350,31 @@ class Runner {
     uint8_t* y = out(last.outputs[0]);
     DType yt = dt(last.outputs[0]);
     int64_t pa = repeat_period(a.shape, ys), pb = repeat_period(b.shape, ys), total = product(ys);
+    // ADD/SUB (and the fused REQUANT) in double where that is exact (npu_add.h), else in int64
+    AddF64 plan;
+    const bool f64 = op != Opcode::kMul &&
+                     add_f64_plan(qabs(a.dtype), qabs(b.dtype), ma, op == Opcode::kAdd ? mb : -mb, s, ins.lo, ins.hi,
+                                  &plan) &&
+                     (then == nullptr || add_f64_then(then->attrs.multipliers[0], int(then->attrs.shifts[0]), then->lo,
+                                                      then->hi, &plan));
     if (pa > 0 && pb > 0) {  // vectorised: rows of kChunk elements
+      const bool whole = f64 && pa == total && pb == total;  // same-shape operands: codes in, codes out
+      const int ia = itemsize(a.dtype), ib = itemsize(b.dtype), iy = itemsize(yt);
       for_chunks(total, [&](int64_t start, int64_t count, int32_t* va, int32_t* vb, int32_t* r) {
+        if (whole && add_f64_codes(plan, a.data + start * ia, a.dtype, b.data + start * ib, b.dtype, count,
+                                   y + start * iy, yt))
+          return;
         load_codes(a.data, a.dtype, start, count, pa, va);
         load_codes(b.data, b.dtype, start, count, pb, vb);
-        if (op == Opcode::kMul) {
+        if (f64) {
+          add_f64(plan, va, vb, count, r);
+        } else if (op == Opcode::kMul) {
           for (int64_t j = 0; j < count; ++j) va[j] *= vb[j];  // |a*b| <= 2^30
           scale_add_requant(va, nullptr, count, int32_t(ma), 0, s, ins.lo, ins.hi, r);
         } else {
           scale_add_requant(va, vb, count, int32_t(ma), int32_t(op == Opcode::kAdd ? mb : -mb), s, ins.lo, ins.hi, r);
         }
-        if (then != nullptr) {
+        if (then != nullptr && !f64) {
           std::swap(r, va);
           scale_add_requant(va, nullptr, count, int32_t(then->attrs.multipliers[0]), 0, int(then->attrs.shifts[0]),
                             then->lo, then->hi, r);
@@ -384,7 +401,8 @@ class Runner {
   void for_chunks(int64_t total, F f) {
     int64_t chunks = (total + kChunk - 1) / kChunk;
     parallel_for(chunks, total >= 8 * kChunk ? threads_ : 1, [&](int64_t begin, int64_t end) {
-      std::vector<int32_t> scratch(3 * kChunk);
+      // per thread, reused by every call: no allocation and no zeroing per instruction
+      alignas(64) static thread_local int32_t scratch[3 * kChunk];
       for (int64_t c = begin; c < end; ++c) {
         int64_t start = c * kChunk;
         f(start, std::min(kChunk, total - start), &scratch[0], &scratch[kChunk], &scratch[2 * kChunk]);

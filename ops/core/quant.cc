@@ -2,24 +2,33 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/float_env.h"
 #include "core/isa.h"
+
+#if RATELNN_X86_PATHS
+#include <immintrin.h>
+#endif
 
 namespace ratelnn {
 namespace {
 
 // ------------------------------------------------------------------ the loops, per path
+#define RATELNN_ISA_LEVEL 0
 namespace isa_portable {
 #include "core/quant_kernels.inc"
 }  // namespace isa_portable
+#undef RATELNN_ISA_LEVEL
 
 #if RATELNN_X86_PATHS
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c")
+#define RATELNN_ISA_LEVEL 1
 namespace isa_avx2 {
 #include "core/quant_kernels.inc"
 }  // namespace isa_avx2
+#undef RATELNN_ISA_LEVEL
 #pragma GCC pop_options
 #endif
 

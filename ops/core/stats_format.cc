@@ -1,5 +1,6 @@
 #include "core/stats_format.h"
 
+#include <charconv>
 #include <cstdio>
 
 namespace ratelnn {
@@ -31,12 +32,15 @@ std::string FormatFloat(double v) {
 // {"range_exp": e, "bins": [...]} with each run of zero bins written as -(run length).
 std::string HistogramJson(const AbsHistogram& h) {
   std::string out = "{\"range_exp\": " + std::to_string(h.range_exp) + ", \"bins\": [";
+  out.reserve(out.size() + h.bins.size() * 8);
   int64_t zeros = 0;
   bool first = true;
-  auto emit = [&](int64_t value) {
-    if (!first) out += ", ";
+  auto emit = [&](int64_t value) {  // to_chars: the digits of to_string, without its allocation
+    char buf[24] = {',', ' '};
+    char* begin = first ? buf + 2 : buf;
     first = false;
-    out += std::to_string(value);
+    const char* end = std::to_chars(buf + 2, buf + sizeof(buf), value).ptr;  // never fails
+    out.append(begin, static_cast<size_t>(end - begin));
   };
   for (int64_t count : h.bins) {
     if (count == 0) {

@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <random>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace ratelnn {
@@ -88,7 +92,63 @@ struct StatsStore::Directory {
   uint64_t version = 0;          // bumped by every Record
   uint64_t written_version = 0;  // version of the snapshot on disk
   std::chrono::steady_clock::time_point last_write{};
+  std::string write_error;  // of the last write attempt, "" if it succeeded
   std::mutex write_mutex;  // one writer per directory; held across snapshot and write
+};
+
+// The thread that writes the snapshots found due while recording, so that calibration ops
+// never wait for serialization and fsync (docs/architecture.md §5, docs/statistics.md).
+class StatsStore::Writer {
+ public:
+  // Starts the thread; throws std::system_error if it cannot.
+  explicit Writer(StatsStore* store) : store_(store), pid_(getpid()), thread_([this] { Run(); }) {}
+
+  pid_t pid() const { return pid_; }
+
+  // Queues dir for a write (once, however often it is queued before the write starts).
+  void Enqueue(const std::shared_ptr<Directory>& dir) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (std::find(queue_.begin(), queue_.end(), dir) != queue_.end()) return;
+      queue_.push_back(dir);
+    }
+    wake_.notify_one();
+  }
+
+  // Ends the thread after the write in progress; queued writes are dropped (FlushAll
+  // writes everything anyway).
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::shared_ptr<Directory> dir;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        dir = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::lock_guard<std::mutex> writer(dir->write_mutex);
+      store_->WriteSnapshot(dir.get(), /*only_if_due=*/true);  // error kept in dir
+    }
+  }
+
+  StatsStore* store_;
+  pid_t pid_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Directory>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 StatsStore& StatsStore::Global() {
@@ -108,7 +168,8 @@ std::shared_ptr<StatsStore::Directory> StatsStore::FindOrAdd(const std::string& 
 std::shared_ptr<StatsStore::Directory> StatsStore::Add(const std::string& output_dir,
                                        const std::string& tensor_name, float batch_min,
                                        float batch_max, int64_t count, double ema_decay,
-                                       const AbsHistogram* batch_histogram, bool* write_due) {
+                                       const AbsHistogram* batch_histogram, bool* write_due,
+                                       std::string* write_error) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<Directory> dir = FindOrAdd(output_dir);
   TensorStatistics& s = dir->tensors[tensor_name];
@@ -126,22 +187,44 @@ std::shared_ptr<StatsStore::Directory> StatsStore::Add(const std::string& output
   if (batch_histogram != nullptr) s.histogram.Merge(*batch_histogram);
   dir->version += 1;
   *write_due = std::chrono::steady_clock::now() - dir->last_write >= kFlushInterval;
+  *write_error = dir->write_error;
   return dir;
 }
 
-std::string StatsStore::WriteIfDue(Directory* dir) {
+void StatsStore::ScheduleWrite(const std::shared_ptr<Directory>& dir) {
+  {
+    std::lock_guard<std::mutex> lock(writer_mutex_);
+    try {
+      // a forked child has none of its parent's threads: it starts its own writer
+      if (writer_ == nullptr || writer_->pid() != getpid()) writer_ = new Writer(this);
+      writer_->Enqueue(dir);
+      return;
+    } catch (const std::system_error&) {
+      writer_ = nullptr;  // no thread: write on this one, as a Flush would
+    }
+  }
   std::unique_lock<std::mutex> writer(dir->write_mutex, std::try_to_lock);
-  if (!writer.owns_lock()) return "";  // another thread is writing this directory
-  return WriteSnapshot(dir, /*only_if_due=*/true);
+  if (writer.owns_lock()) WriteSnapshot(dir.get(), /*only_if_due=*/true);
+}
+
+void StatsStore::StopWriter() {
+  std::lock_guard<std::mutex> lock(writer_mutex_);
+  if (writer_ != nullptr && writer_->pid() == getpid()) {
+    writer_->Stop();
+    delete writer_;
+  }
+  writer_ = nullptr;
 }
 
 std::string StatsStore::Record(const std::string& output_dir, const std::string& tensor_name,
                                float batch_min, float batch_max, int64_t count,
                                double ema_decay) {
   bool write_due;
+  std::string error;
   std::shared_ptr<Directory> dir = Add(output_dir, tensor_name, batch_min, batch_max, count,
-                                       ema_decay, nullptr, &write_due);
-  return write_due ? WriteIfDue(dir.get()) : "";
+                                       ema_decay, nullptr, &write_due, &error);
+  if (write_due) ScheduleWrite(dir);
+  return error;
 }
 
 std::string StatsStore::RecordWithHistogram(const std::string& output_dir,
@@ -149,9 +232,11 @@ std::string StatsStore::RecordWithHistogram(const std::string& output_dir,
                                             float batch_max, int64_t count, double ema_decay,
                                             const AbsHistogram& batch_histogram) {
   bool write_due;
+  std::string error;
   std::shared_ptr<Directory> dir = Add(output_dir, tensor_name, batch_min, batch_max, count,
-                                       ema_decay, &batch_histogram, &write_due);
-  return write_due ? WriteIfDue(dir.get()) : "";
+                                       ema_decay, &batch_histogram, &write_due, &error);
+  if (write_due) ScheduleWrite(dir);
+  return error;
 }
 
 std::string StatsStore::WriteSnapshot(Directory* dir, bool only_if_due) {
@@ -168,10 +253,9 @@ std::string StatsStore::WriteSnapshot(Directory* dir, bool only_if_due) {
   }
   const std::string error =
       ReplaceFileAtomically(dir->output_dir, dir->file_name, SerializeStatistics(snapshot));
-  if (error.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    dir->written_version = version;
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error.empty()) dir->written_version = version;
+  dir->write_error = error;
   return error;
 }
 
@@ -215,6 +299,7 @@ std::string* last_error = new std::string();  // leaked: read after static destr
 // Writes whatever is still unwritten when the library is unloaded or the process exits.
 struct FlushAtExit {
   ~FlushAtExit() {
+    StatsStore::Global().StopWriter();
     const std::string error = StatsStore::Global().FlushAll();
     if (!error.empty()) std::fprintf(stderr, "ratelnn: %s\n", error.c_str());
   }

@@ -35,7 +35,8 @@ def run_batches(ops, output_dir, batches, threads=2):
 @pytest.mark.parametrize("path", ISA_PATHS)
 @pytest.mark.parametrize("threads", [1, 3])
 def test_sharded_batches_inside_and_beyond_the_hint_match_numpy(ops, tmp_path, threads, path):
-    """On every kernel path this CPU has (the scans have a portable and an AVX2 path)."""
+    """On every kernel path this CPU has (the scans have a portable, an AVX2 and an AVX-512
+    path; the VNNI path runs the AVX-512 one)."""
     if path not in supported_isas():
         pytest.skip(f"not run: this CPU lacks the {path} kernel path")
     with force_isa(path):
@@ -65,3 +66,19 @@ def test_nan_in_a_late_block_fails_and_records_nothing(ops, tmp_path):
         run_batches(ops, tmp_path, [np.ones(SHAPE, np.float32), batch])
     s = load_statistics(tmp_path)["big"]
     assert s.count == np.prod(SHAPE) and s.histogram.total == s.count
+
+
+def test_every_path_gives_the_same_signed_zero_range(ops, tmp_path):
+    """Ties between -0.0 and +0.0 (and NaN-free subnormals) at the extremes: the 16-lane
+    AVX-512 scan folds the same elements per lane as the 8-lane ones, so min and max keep
+    the same sign bits on every path this CPU has."""
+    rng = np.random.default_rng(8)
+    batch = np.where(rng.random(4099) < 0.5, np.float32(0.0), np.float32(-0.0)).astype(np.float32)
+    batch[rng.integers(0, batch.size, 50)] = np.float32(1e-41)
+    ranges = {}
+    for path in supported_isas():
+        with force_isa(path):
+            ops.ratel_min_max(batch, tensor_name="zeros", output_dir=str(tmp_path / path))
+        s = load_statistics(tmp_path / path)["zeros"]
+        ranges[path] = (np.signbit(s.min), s.min, np.signbit(s.max), s.max)
+    assert len(set(ranges.values())) == 1, ranges

@@ -182,6 +182,23 @@ def test_quant_and_dequant_bits_on_the_portable_path(ops, tmp_path):
                 assert_same_bits(got[f"d-{dtype}-{mode}-{k}"], arith.dequantize(expected, scale))
 
 
+def test_quant_bits_on_the_machine_path_in_long_blocks(ops):
+    """The vector block loop of the machine's path (32 codes per step on AVX2 and up) on
+    ties, subnormals, NaN/Inf, values beyond every code range, with a ragged tail: the
+    reference's bits for every dtype and round mode."""
+    rng = np.random.default_rng(12)
+    ties = (rng.integers(-70000, 70000, 3000) + 0.5).astype(np.float32)
+    x = np.concatenate([rng.standard_normal(3000).astype(np.float32) * 300, ties,
+                        ties * np.float32(0.1), np.tile(SPECIAL_VALUES, 20),
+                        np.float32(1e-40) * np.arange(-8, 9, dtype=np.float32)])
+    x = x[rng.permutation(x.size)][:-5]
+    for scale in (0.1, 1 / 3, 2.0 ** -20, 7.5):
+        for dtype in DTYPES:
+            for mode in ROUND_MODES:
+                got = ops.ratel_quant(x, scale=scale, dtype=dtype, round_mode=mode).numpy()
+                assert_same_bits(got, arith.quantize(x, scale, dtype, round_mode=mode))
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"scales": [1.0, 2.0, 3.0], "axis": 1}, "got 3 scales but dimension 1"),
     ({"scales": [1.0, 2.0], "axis": 2}, "axis 2 is out of range"),

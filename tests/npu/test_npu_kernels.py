@@ -7,7 +7,7 @@ threads, on every kernel path the CPU supports (portable, AVX2, AVX-512, AVX-512
 import numpy as np
 from hypothesis import given, strategies as st
 
-from ratelnn.npu.engine import EngineBuilder, qabs, quantize_multiplier
+from ratelnn.npu.engine import EngineBuilder, qabs, qrange, quantize_multiplier
 
 from helpers.engines import SETTINGS, assert_native_equals_reference, rand_codes, requant_consts, scale
 
@@ -253,3 +253,75 @@ def test_requant_every_shift(data):
     b.add("REQUANT", [tx], [ty], multipliers=[m], shifts=[s])
     b.set_io([tx], [ty])
     check(b, [x])
+
+
+# ADD/SUB run in double when B + 2^(s-1) < 2^53 (ops/core/npu_add.h, B = qabs(a) Ma + qabs(b) Mb):
+# with <= 16-bit operands B < 2^48, so s <= 53 takes the double path and s >= 54 the int64
+# fallback; the same holds for the fused REQUANT's shift.  Around that edge, at small shifts
+# (ties: p an odd multiple of 2^(s-1)) and at the usual ~30.
+SHIFTS = st.sampled_from([0, 1, 2, 29, 30, 31, 47, 52, 53, 54, 55, 62])
+
+
+def multiplier(data, s):
+    """A multiplier for shift s: a scale ratio in [1/16, 2) times 2^s (as compiled engines have;
+    at s = 1, 2 the sums hit ties), a tiny one, or the largest."""
+    real = int(2.0 ** (s + data.draw(st.floats(-4, 1, exclude_max=True))))
+    return data.draw(st.sampled_from([min(real, 2 ** 31 - 1), data.draw(st.integers(0, 3)), 2 ** 31 - 1]))
+
+
+def extreme_codes(data, shape, dtype):
+    """Random codes with the dtype's extremes (qmin, qmax, 0, +-1) sprinkled in."""
+    x = rand_codes(data, shape, dtype)
+    lo, hi = qrange(dtype)
+    flat = x.reshape(-1)
+    picks = np.random.default_rng(data.draw(st.integers(0, 2 ** 31))).integers(0, flat.size, size=(flat.size + 3) // 4)
+    flat[picks] = np.resize(np.array([lo, hi, 0, max(lo, -1), 1], dtype), picks.size)
+    return x
+
+
+@SETTINGS
+@given(data=st.data(), op=st.sampled_from(["ADD", "SUB"]), fused=st.booleans())
+def test_add_double_path_and_fallback(data, op, fused):
+    """ADD/SUB (and a REQUANT fused after them, the ReLU after a residual ADD) on both sides of
+    the double path's exactness bound, with extreme operands, row tails and two chunks."""
+    adt, bdt, tdt, ydt = (data.draw(ACT) for _ in range(4))
+    n = data.draw(st.sampled_from([1, 7, 8, 9, 15, 16, 17, 33, 2100]))
+    shape = (data.draw(st.integers(1, 2)), n)
+    a, bb = extreme_codes(data, shape, adt), extreme_codes(data, shape, bdt)
+    b = EngineBuilder("add", shape[0])
+    ta, tb = b.tensor("a", shape, adt, 0.1), b.tensor("b", shape, bdt, 0.1)
+    ty = b.tensor("y", shape, ydt, 0.1)
+    s, s2 = data.draw(SHIFTS), data.draw(SHIFTS)
+    add_attrs = dict(multipliers=[multiplier(data, s), multiplier(data, s)], shifts=[s])
+    if fused:
+        tt = b.tensor("t", shape, tdt, 0.1)
+        lo, hi = qrange(tdt)
+        b.add(op, [ta, tb], [tt], act_min=data.draw(st.sampled_from([None, 0, lo // 2])),
+              act_max=data.draw(st.sampled_from([None, hi // 3])), **add_attrs)
+        b.add("REQUANT", [tt], [ty], multipliers=[multiplier(data, s2)], shifts=[s2],
+              act_min=data.draw(st.sampled_from([None, 0])))
+    else:
+        b.add(op, [ta, tb], [ty], **add_attrs)
+    b.set_io([ta, tb], [ty])
+    check(b, [a, bb])
+
+
+def test_add_double_path_ties():
+    """Every int8 pair at s = 1 (odd sums are ties: half away from zero), ADD and SUB, alone and
+    with a fused REQUANT that halves again."""
+    lo, hi = qrange("int8")
+    a, c = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1))
+    a, c = a.reshape(1, -1).astype(np.int8), c.reshape(1, -1).astype(np.int8)
+    for op in ("ADD", "SUB"):
+        for fused in (False, True):
+            b = EngineBuilder("ties", 1)
+            ta, tb, ty = (b.tensor(name, a.shape, dt, 0.1) for name, dt in (("a", "int8"), ("b", "int8"), ("y", "int8")))
+            if fused:
+                tt = b.tensor("t", a.shape, "int16", 0.1)
+                b.add(op, [ta, tb], [tt], multipliers=[1, 1], shifts=[1])
+                b.add("REQUANT", [tt], [ty], multipliers=[1], shifts=[1])
+            else:
+                b.add(op, [ta, tb], [ty], multipliers=[1, 1], shifts=[1])
+            b.set_io([ta, tb], [ty])
+            ref = check(b, [a, c])[0]
+            assert np.any((a.astype(int) + (1 if op == "ADD" else -1) * c) % 2 == 1) and np.unique(ref).size > 100
