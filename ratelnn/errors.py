@@ -21,3 +21,8 @@ class QuantizationError(ModelError):
 
 class DistributedError(RatelError, RuntimeError):
     """Work sent to a distributed executor was lost and could not be run again."""
+
+
+class TimeLimitExceeded(RatelError, TimeoutError):
+    """Work run under a time limit (``tune``'s ``time_budget_s``) did not finish in time;
+    the message says where it stopped."""

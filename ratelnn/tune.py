@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import CalibrationError, RatelError
+from .errors import CalibrationError, RatelError, TimeLimitExceeded
 
 METHODS = ("naive", "kld", "percentile", "mse")
 # accuracy passes (issue 14): config key -> values tried, in order; skipped while the
@@ -307,14 +307,18 @@ class Tuner:
         from .compiler import compile_graph
         from .config import normalize
         from .profile import profile
+        from .quantization.layerwalk import time_limit
         from .quantization.thresholds import KLDDegenerateWarning
+        deadline = None if self.time_budget_s is None or self.baseline is None else self.start + self.time_budget_s
         try:
             family, out = self._family(settings)
             conv = copy.copy(family)
             conv.config = normalize(dict(self.conv.config, output_dir=out, **settings), conv.handler.framework)
-            with warnings.catch_warnings():   # a search tries kld on every tensor: no warning per try
+            with warnings.catch_warnings(), time_limit(deadline):   # a search tries kld on every tensor: no warning per try
                 warnings.simplefilter("ignore", KLDDegenerateWarning)
                 qgraph = conv.quantized_ir()
+        except TimeLimitExceeded as e:   # a data-driven pass outran time_budget_s
+            raise _Budget(f"stopped at time_budget_s={self.time_budget_s:g} ({e}, trying {label})") from None
         except RatelError as e:   # missing statistics, a pass that cannot run on this graph
             point = Point(label, settings, None, math.nan, False, time.monotonic() - t0,
                           f"skipped: {type(e).__name__}: {str(e).splitlines()[0][:150]}")

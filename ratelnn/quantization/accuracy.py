@@ -21,7 +21,7 @@ from ..ir.evaluate import evaluate
 from .adaround import adaround
 from .bias_correction import correct_biases, correct_biases_analytic
 from .emit import emit_qdq
-from .layerwalk import chunked
+from .layerwalk import check_time, chunked
 
 MIN_CHECKED_SAMPLES = 8
 
@@ -40,6 +40,7 @@ def output_cosine(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample
     outputs): all outputs flattened together, real rows only."""
     feeds, real = chunked(sample, (config.get("input_shapes") or [[None]])[0][0])
     qdq = emit_qdq(qgraph, config)
+    check_time("the held-out check")
     if reference is None:
         reference = [np.concatenate([np.asarray(v, np.float64)[:r].ravel() for v in evaluate(graph, f).values()])
                      for f, r in zip(feeds, real)]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ir import Graph, arith
 from .bias_correction import dequantized
-from .layerwalk import Layer, walk_layers
+from .layerwalk import Layer, check_time, walk_layers
 
 ZETA, GAMMA = 1.1, -0.1          # rectified sigmoid stretch (paper, section 3.3)
 REG_WEIGHT = 0.01                # λ
@@ -99,8 +99,9 @@ def normal_equations(layer: Layer, bias_q) -> tuple:
                                                   for i in range(target.ndim)])
         x = _rows(layer, xq[:real], groups, kernel)
         t = _targets(layer, target, groups)
-        xtx += np.einsum("gmk,gml->gkl", x, x)
-        xtt += np.einsum("gmk,gmo->gko", x, t)
+        xt = x.transpose(0, 2, 1)
+        xtx += xt @ x           # batched BLAS; einsum would not use it
+        xtt += xt @ t
         ttt += float(np.sum(t * t))
         rows += x.shape[1]
     return xtx, xtt, ttt, max(rows, 1)
@@ -126,11 +127,13 @@ def adaround_codes(w: np.ndarray, scale: np.ndarray, qmax: int, xtx, xtt, rows: 
     m, s2 = np.zeros_like(v), np.zeros_like(v)
     warm = int(WARMUP * iterations)
     for step in range(iterations):
+        if step % 64 == 0:
+            check_time("AdaRound")
         sig = 1.0 / (1.0 + np.exp(-v))
         raw = sig * (ZETA - GAMMA) + GAMMA
         h = np.clip(raw, 0.0, 1.0)
         wt = scale * (base + h)
-        grad_h = 2.0 * (np.einsum("gkl,glo->gko", xtx, wt) - xtt) / rows * scale
+        grad_h = 2.0 * (xtx @ wt - xtt) / rows * scale
         if step >= warm:
             beta = BETA_END + (BETA_START - BETA_END) * (1 - (step - warm) / max(iterations - warm, 1))
             u = 2.0 * h - 1.0

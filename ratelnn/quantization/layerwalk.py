@@ -8,17 +8,43 @@ working); the last chunk is padded by repeating rows and only its real rows coun
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import time
 from collections import Counter
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 import numpy as np
 
+from ..errors import TimeLimitExceeded
 from ..ir import Graph, Node
 from ..ir.evaluate import evaluate_node
 from .emit import emit_qdq
 
 Chunks = List[np.ndarray]
+
+# time.monotonic() after which a walk stops (None: no limit); set by time_limit()
+_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("layer_walk_deadline", default=None)
+
+
+@contextlib.contextmanager
+def time_limit(deadline: Optional[float]) -> Iterator[None]:
+    """Within the block, walks over the model stop with :class:`TimeLimitExceeded` once
+    ``time.monotonic()`` passes ``deadline`` (None: no limit).  A pass on a large model can
+    take minutes per try; ``tune`` uses this to keep its ``time_budget_s``."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_time(where: str) -> None:
+    """Raise :class:`TimeLimitExceeded` naming ``where`` when the deadline has passed."""
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeLimitExceeded(f"time limit reached during {where}")
 
 
 @dataclasses.dataclass
@@ -129,6 +155,7 @@ def walk_layers(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
         args = [values[t] if t in values else [qdq.params[t]] * len(feeds) for t in node.inputs]
         qnode = layers[id(node)]
         if qnode is not None:
+            check_time(f"the layer walk, at {qnode.name!r}")
             fnode = float_nodes[qnode.name]
             fparams = (graph.params[fnode.inputs[1]], graph.params[fnode.inputs[2]] if len(fnode.inputs) > 2 else None)
             layer = Layer(qnode, fnode, args[0], fwalk.get(fnode.inputs[0]), real, fparams)

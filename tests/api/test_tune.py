@@ -127,6 +127,20 @@ def test_budget_stops_with_best_found(tuned, tmp_path):
     assert r.metric == max(p.metric for p in r.history if p.metric is not None)
 
 
+def test_time_budget_reaches_inside_a_pass(tuned, tmp_path, monkeypatch):
+    """A data-driven pass that outruns time_budget_s stops the search (with the best found)
+    instead of finishing first: the between-candidates check is switched off here, so only
+    the limit inside the pass's layer walk can stop it."""
+    from ratelnn.tune import Tuner
+    graph_def, data = tuned[0], tuned[1]
+    monkeypatch.setattr(Tuner, "_check_budget", lambda self: None)
+    r = converter(graph_def, _config(tmp_path)).tune(data, target=0.99, time_budget_s=0.0, progress=False,
+                                                     passes=("bias_correction",))
+    assert "time_budget_s" in r.stopped and "layer walk" in r.stopped, r.stopped
+    assert not any("bias_correction" in p.label for p in r.history)
+    assert r.metric == max(p.metric for p in r.history if p.metric is not None)
+
+
 def test_user_metric_and_plot(tuned, tmp_path):
     graph_def, data, _, r = tuned
     labels = np.argmax(np.concatenate([run_model("tensorflow", graph_def, {"images": data[i:i + BATCH]},

@@ -9,7 +9,9 @@ from ratelnn.ir.evaluate import evaluate
 from ratelnn.ir.passes import BN_STATS, run_default_passes
 from ratelnn.quantization.adaround import adaround
 from ratelnn.quantization.bias_correction import correct_biases, correct_biases_analytic
+from ratelnn.errors import TimeLimitExceeded
 from ratelnn.quantization.emit import emit_qdq
+from ratelnn.quantization.layerwalk import time_limit
 from ratelnn.quantization.quantizer import quantize
 
 BN_MEAN = np.array([-1.5, 0.3, 1.0, 2.0], np.float32)
@@ -139,3 +141,17 @@ def test_passes_lowering_the_held_out_cosine_are_not_applied():
     check = out.meta["accuracy_passes"]
     assert check["applied"] == "bias_correction", check
     assert check["held_out_cosine"]["bias_correction"] >= check["held_out_cosine"]["none"]
+
+
+def test_a_walk_past_its_time_limit_stops_naming_the_layer_and_leaves_the_graph_alone():
+    """tune's time_budget_s reaches inside a pass: the walk stops at the next layer."""
+    import time
+    g = _graph()
+    q = quantize(g, _stats(g), CONFIG)
+    before = {k: v.copy() for k, v in q.params.items()}
+    with time_limit(time.monotonic() - 1.0), pytest.raises(TimeLimitExceeded, match="conv1"):
+        correct_biases(g, q, CONFIG, {"x": _data(8, 10)})
+    assert all(np.array_equal(q.params[k], v) for k, v in before.items())
+    with time_limit(time.monotonic() + 3600.0):   # a limit not reached changes nothing
+        corrected = correct_biases(g, q.copy(), CONFIG, {"x": _data(8, 10)})
+    assert not np.array_equal(corrected.params[q.node("conv1").inputs[2]], q.params[q.node("conv1").inputs[2]])
