@@ -104,9 +104,16 @@ def test_npu_accuracy_and_agreement_with_the_quantized_model(compiled, fashion_m
         assert (t.runs, t.samples) == (batches, batches * BATCH) and t.seconds > 0
 
 
+# The compiled CNN runs no TensorFlow op but ratelnn's own (asserted below), so the tests
+# that run only it are marked no_tf_math (tests/conftest.py).
+NPU_GRAPH_OPS = {"Placeholder", "RatelQuant", "RatelEngineOp", "RatelDequant"}
+
+
+@pytest.mark.no_tf_math
 def test_bare_tf_process_gives_identical_outputs(compiled, fashion_mnist, npu_scores, tmp_path):
     import ratelnn
 
+    assert {n.op for n in compiled["npu"].node} == NPU_GRAPH_OPS
     _, (x_test, _) = fashion_mnist
     (tmp_path / "npu.pb").write_bytes(compiled["npu"].SerializeToString())
     np.save(tmp_path / "images.npy", x_test[:BARE_PROCESS_IMAGES])
@@ -121,6 +128,7 @@ def test_bare_tf_process_gives_identical_outputs(compiled, fashion_mnist, npu_sc
     assert recorded and all(t["samples"] == BARE_PROCESS_IMAGES and t["cycles"] > 0 for t in recorded.values())
 
 
+@pytest.mark.no_tf_math
 def test_compiling_the_quantized_model_gives_the_same_engines(compiled, fashion_mnist):
     from ratelnn.testing import run_graph
 
@@ -132,6 +140,7 @@ def test_compiling_the_quantized_model_gives_the_same_engines(compiled, fashion_
                                   run_graph(compiled["npu"], compiled["input"], compiled["output"], images, BATCH))
 
 
+@pytest.mark.no_tf_math
 def test_remove_input_quant_takes_integer_images(compiled, fashion_mnist, npu_scores, monkeypatch, tmp_path):
     from ratelnn.compiler import INPUT_SCALE_FILE
     from ratelnn.frontend.tensorflow import converter
