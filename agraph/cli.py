@@ -107,17 +107,27 @@ def cmd_eval(args) -> int:
     return 1 if failures else 0
 
 
+def converter_label(entry) -> str:
+    """The table's converter column: "defaults" (int8, auto_int16 promoting weak layers to
+    int16) or the precision of the model's own ``CONVERTER_CONFIG`` (its published config)."""
+    config = getattr(entry.model, "CONVERTER_CONFIG", None)
+    if not config:
+        return "defaults (int8)"
+    types = sorted({lc["data_type"] for lc in config.get("layer_configs", []) if "data_type" in lc})
+    return f"{'/'.join(types) or 'int8'} (CONVERTER_CONFIG)"
+
+
 def docs_table(names: Sequence[str], results, failures, args) -> str:
     """The markdown table of ``eval --all``: one row per model, its primary metric per stage."""
     from . import registry
 
     by = {(m.model, m.stage): m for m in results}
-    lines = ["| model | framework | weights | dataset | metric | fp32 | quant | npu | npu ms | npu fps | samples |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | framework | weights | dataset | converter | metric | fp32 | quant | npu | npu ms | npu fps "
+             "| samples |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         e = registry.entry(name)
         if name in failures:
-            lines.append(f"| {name} | {e.framework} | {e.weights} | {e.dataset} | failed: "
+            lines.append(f"| {name} | {e.framework} | {e.weights} | {e.dataset} | {converter_label(e)} | failed: "
                          f"{failures[name][:120].replace('|', '/')} | | | | | | |")
             continue
         fp32 = by.get((name, "fp32"))
@@ -127,7 +137,8 @@ def docs_table(names: Sequence[str], results, failures, args) -> str:
         npu = by.get((name, "npu"))
         figures = npu.npu if npu and npu.npu else {}
         latency, fps = figures.get("latency_ms", float("nan")), figures.get("throughput_fps", float("nan"))
-        lines.append(f"| {name} | {e.framework} | {e.weights} | {e.dataset} | {metric} | {' | '.join(cells)} | "
+        lines.append(f"| {name} | {e.framework} | {e.weights} | {e.dataset} | {converter_label(e)} | {metric} | "
+                     f"{' | '.join(cells)} | "
                      f"{latency:.3f} | {fps:.0f} | {fp32.samples if fp32 else '-'} |")
     limit = "the whole dataset" if args.limit is None else f"the first {args.limit} samples of each dataset"
     lines.append("")

@@ -52,9 +52,9 @@ def test_eval_all_rewrites_only_the_table_between_the_markers(tmp_path):
     text = docs.read_text()
     assert text.startswith(f"intro\n{cli.TABLE_BEGIN}\n| model |") and text.endswith(f"{cli.TABLE_END}\nafter\n")
     assert "old table" not in text
-    assert ("| digits_cnn_mx | mxnet | trained | digits | top1 | 0.9800 | 0.9770 | 0.9770 | 0.011 | 465616 | 449 |"
+    assert ("| digits_cnn_mx | mxnet | trained | digits | defaults (int8) | top1 | 0.9800 | 0.9770 | 0.9770 | 0.011 | 465616 | 449 |"
             in text)
-    assert ("| fashion_cnn_mx | mxnet | trained | fashion_mnist | failed: DatasetError: fashion_mnist.tar is missing"
+    assert ("| fashion_cnn_mx | mxnet | trained | fashion_mnist | defaults (int8) | failed: DatasetError: fashion_mnist.tar is missing"
             in text)
 
 

@@ -16,7 +16,7 @@ WEIGHTS = "random"
 INPUTS = ["images"]
 OUTPUTS = ["logits"]
 INPUT_SHAPES = [[1, 224, 224, 3]]
-TEST_INPUT_SHAPES = [[1, 64, 64, 3]]
+TEST_INPUT_SHAPES = [[1, 32, 32, 3]]   # the smallest keras.applications accepts
 ARCHITECTURE = "DenseNet121"   # the keras.applications constructor
 
 

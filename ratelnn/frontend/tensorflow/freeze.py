@@ -5,6 +5,7 @@ in the config's ``input_nodes`` / ``output_nodes``.
 """
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import shutil
@@ -18,10 +19,43 @@ def _frozen(concrete_function) -> Tuple[object, List[str], List[str]]:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
     frozen = convert_variables_to_constants_v2(concrete_function)
-    graph_def = frozen.graph.as_graph_def()
+    graph_def = _canonical_order(frozen.graph.as_graph_def())
     inputs = [t.name.split(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     outputs = [t.name[:-2] if t.name.endswith(":0") else t.name for t in frozen.outputs]
     return graph_def, inputs, outputs
+
+
+def _canonical_order(graph_def):
+    """``graph_def`` with its nodes in one deterministic order: topological (data and control
+    edges), ties broken by node name.  TensorFlow's freezing emits the same nodes in an order
+    that depends on Python's hash seed, so one model froze to different bytes in two
+    processes (docs/architecture.md §9: the store promises byte-identical builds).  Nodes on
+    a cycle (TF1 loops) follow in name order."""
+    nodes = {n.name: n for n in graph_def.node}
+    users = {name: [] for name in nodes}
+    pending = {}
+    for node in graph_def.node:
+        deps = {ref.lstrip("^").split(":")[0] for ref in node.input} & nodes.keys()
+        pending[node.name] = len(deps)
+        for dep in deps:
+            users[dep].append(node.name)
+    ready = [name for name, count in pending.items() if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        name = heapq.heappop(ready)
+        order.append(name)
+        for user in users[name]:
+            pending[user] -= 1
+            if pending[user] == 0:
+                heapq.heappush(ready, user)
+    placed = set(order)
+    order += sorted(name for name in nodes if name not in placed)
+    canonical = type(graph_def)()
+    canonical.CopyFrom(graph_def)
+    del canonical.node[:]
+    canonical.node.extend(nodes[name] for name in order)
+    return canonical
 
 
 def _placeholder_name(name: str, index: int) -> str:
