@@ -20,8 +20,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # test command runs the suite with the rewrites forced on, then the tests marked
 # `tensorflow` again with them off: every TF graph this SDK writes runs both ways on every
 # machine.  A test module that mentions TensorFlow or Keras gets the mark, except tests
-# marked `no_tf_math`: they build, cache or compile the op library, or run only ratelnn's
-# own ops, so the rewrites (which replace TF's Conv2D/MatMul/... kernels) cannot change them.
+# marked `no_tf_math`: they build, cache or compile the op library, run only ratelnn's own
+# ops, or run no TensorFlow kernel at all (MXNet, the IR's numpy reference, native engines,
+# config and registry checks, Keras models built or frozen but never run), so the rewrites
+# (which replace TF's Conv2D/MatMul/... kernels) cannot change them.  Two kinds more: tests
+# whose only TF math is exact in float32 whichever kernel runs it (the calibration graph of
+# tests/helpers/stats.py: x*2-1 and relu), and tests that run their graphs in subprocesses
+# under both settings themselves (test_tf_onednn_graphs).
 _TF_WORDS = ("tensorflow", "keras", "tf_init", "freeze_")
 
 

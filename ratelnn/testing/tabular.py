@@ -13,6 +13,11 @@ accuracy section).
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
+import os
+import sys
+from pathlib import Path
 from typing import Tuple
 
 import numpy as np
@@ -58,3 +63,19 @@ def train_tabular_mlp(x_train: np.ndarray, y_train: np.ndarray, seed: int = SEED
     model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE), loss="sparse_categorical_crossentropy")
     model.fit(x_train, y_train, batch_size=BATCH_SIZE, epochs=EPOCHS, verbose=0)
     return model
+
+
+def cached_tabular_mlp(cache_dir: str | os.PathLike, dataset: str, x_train: np.ndarray, y_train: np.ndarray):
+    """:func:`train_tabular_mlp` of ``(x_train, y_train)``, loaded from ``cache_dir`` if this
+    source version and Keras version trained it on the same data before, else trained and saved
+    there (``tabular_mlp_<dataset>-<hash>.keras``, atomically)."""
+    import keras
+
+    from .fashion_cnn import cached_keras_model
+
+    h = hashlib.sha256(inspect.getsource(sys.modules[__name__]).encode())
+    for part in (keras.__version__.encode(), np.ascontiguousarray(x_train).tobytes(),
+                 np.ascontiguousarray(y_train).tobytes()):
+        h.update(part)
+    path = Path(cache_dir) / f"tabular_mlp_{dataset}-{h.hexdigest()[:16]}.keras"
+    return cached_keras_model(path, lambda: train_tabular_mlp(x_train, y_train))

@@ -2,7 +2,12 @@
 the zoo has 11 TensorFlow and 9 MXNet models (issue 13)."""
 import json
 
+import pytest
+
 from agraph import cli, registry
+
+# the registry, the docs table and numpy preprocessing only (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
 
 TRAINED = {"fashion_cnn_tf": "tensorflow", "digits_cnn_tf": "tensorflow",
            "fashion_cnn_mx": "mxnet", "digits_cnn_mx": "mxnet"}

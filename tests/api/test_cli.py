@@ -29,6 +29,7 @@ from helpers.paths import REPO
 BATCH = 4
 SAMPLES = 10          # 3 batches of 4, the last one partial
 IMAGE = (8, 8, 3)
+# tests marked no_tf_math run no TensorFlow kernel: --help, MXNet, pure helpers (tests/conftest.py)
 
 
 def _frozen_keras(path: Path, seed: int, image, width: int, classes: int):
@@ -94,6 +95,7 @@ def built(tiny):
     return code, out.getvalue(), err.getvalue(), tiny["dir"] / "out"
 
 
+@pytest.mark.no_tf_math
 def test_python_dash_m_help_runs_in_a_real_subprocess():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run([sys.executable, "-m", "ratelnn", "--help"], capture_output=True, text=True,
@@ -194,6 +196,7 @@ def test_joint_builds_two_models_and_writes_scheme_and_timeline(tiny, tmp_path, 
     assert sorted(e["engine_name"] for e in scheme["engines"]) == ["second_engine_0", "tiny_engine_0"]
 
 
+@pytest.mark.no_tf_math
 def test_mxnet_checkpoint_build_inspect_and_run(tmp_path, capsys):
     from ratelnn.mxnet_compat import import_mxnet
     mx = import_mxnet()
@@ -305,6 +308,7 @@ def test_run_and_inspect_errors(tiny, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ helpers
+@pytest.mark.no_tf_math
 def test_parse_override_values_are_json_when_possible():
     assert parse_override("quant_cfg.conv_weights.num_bits=16") == ("quant_cfg.conv_weights.num_bits", 16)
     assert parse_override("input_shapes=[[1, 8, 8, 3]]") == ("input_shapes", [[1, 8, 8, 3]])
@@ -315,6 +319,7 @@ def test_parse_override_values_are_json_when_possible():
             parse_override(bad)
 
 
+@pytest.mark.no_tf_math
 def test_write_atomic_leaves_nothing_when_the_writer_fails(tmp_path):
     def half_then_fail(tmp):
         Path(tmp).write_bytes(b"partial")

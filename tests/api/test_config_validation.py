@@ -9,6 +9,9 @@ from ratelnn.frontend.tensorflow import converter
 
 from helpers.stats import small_graph_def
 
+# config checks refuse before any graph runs (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
+
 
 def cfg(tmp_path, **extra):
     return {"input_nodes": ["x"], "output_nodes": ["prob"], "input_shapes": [[4, 8, 8, 3]],

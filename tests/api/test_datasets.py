@@ -11,6 +11,7 @@ from ratelnn.datasets import (FASHION_MNIST_FILES, DatasetError, load_digits_ima
                               load_fashion_mnist, read_idx_ubyte)
 
 
+@pytest.mark.no_tf_math
 def test_fashion_mnist_splits_are_nhwc_float_in_unit_range(fashion_mnist):
     (x_train, y_train), (x_test, y_test) = fashion_mnist
     assert x_train.shape == (60000, 28, 28, 1) and x_test.shape == (10000, 28, 28, 1)
@@ -20,6 +21,7 @@ def test_fashion_mnist_splits_are_nhwc_float_in_unit_range(fashion_mnist):
     assert np.bincount(y_test).tolist() == [1000] * 10  # the published balanced test split
 
 
+@pytest.mark.no_tf_math
 def test_missing_fashion_mnist_names_files_and_the_package(tmp_path):
     with pytest.raises(DatasetError, match="apt-get install -y dataset-fashion-mnist") as info:
         load_fashion_mnist(tmp_path)
@@ -31,6 +33,7 @@ def _write_idx(path, header: bytes, payload: bytes) -> None:
         f.write(header + payload)
 
 
+@pytest.mark.no_tf_math
 def test_idx_reader_rejects_wrong_size_and_wrong_type(tmp_path):
     good = tmp_path / "good.gz"
     _write_idx(good, struct.pack(">HBBII", 0, 8, 2, 2, 3), bytes(range(6)))
@@ -43,6 +46,7 @@ def test_idx_reader_rejects_wrong_size_and_wrong_type(tmp_path):
         read_idx_ubyte(good, 3)
 
 
+@pytest.mark.no_tf_math
 def test_fashion_mnist_with_mismatched_label_count_is_an_error(tmp_path):
     images = struct.pack(">HBBIII", 0, 8, 3, 2, 28, 28), bytes(2 * 28 * 28)
     labels = struct.pack(">HBBI", 0, 8, 1, 3), bytes(3)
@@ -52,6 +56,7 @@ def test_fashion_mnist_with_mismatched_label_count_is_an_error(tmp_path):
         load_fashion_mnist(tmp_path)
 
 
+@pytest.mark.no_tf_math
 def test_digits_split_is_deterministic_disjoint_and_complete():
     (x_train, y_train), (x_test, y_test) = load_digits_images()
     assert x_train.shape[1:] == (8, 8, 1) and x_train.dtype == np.float32

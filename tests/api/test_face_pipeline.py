@@ -18,6 +18,7 @@ sys.path.insert(0, str(EXAMPLES))
 import face  # noqa: E402  (examples/face.py)
 
 EXAMPLE = EXAMPLES / "face_pipeline.py"
+# tests marked no_tf_math check numpy helpers of examples/face.py (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,7 @@ def test_timeline_written(report):
     assert Path(report.timeline).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.no_tf_math
 def test_box_helpers():
     boxes = np.array([[0, 0, 9, 9], [1, 1, 10, 10], [20, 20, 29, 29]], np.float64)
     assert face.nms(boxes, np.array([0.5, 0.9, 0.7]), 0.5).tolist() == [1, 2]
@@ -73,6 +75,7 @@ def test_box_helpers():
     assert face.match(boxes[:1], boxes[:0]) == [(-1, 0.0)]
 
 
+@pytest.mark.no_tf_math
 def test_pyramid_covers_the_face_sizes():
     levels = face.pyramid((512, 512), min_face=40, max_face=200, factor=0.6)
     faces = [face.PNET_CELL / scale for scale, _ in levels]
@@ -80,6 +83,7 @@ def test_pyramid_covers_the_face_sizes():
     assert levels[0][1] == (154, 154)
 
 
+@pytest.mark.no_tf_math
 def test_wrong_frame_shape_is_refused():
     with pytest.raises(ValueError, match="frames must be RGB 512x512x3"):
         face.run_pipeline(np.zeros((480, 640, 3), np.uint8), lambda name, x: [])

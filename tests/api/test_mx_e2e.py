@@ -52,20 +52,22 @@ def fp32_model(mx, data, request):
     return model
 
 
+# reloads each saved form (PREFIX OUT pairs after LIBRARY IMAGES) in one fresh process
 RELOAD_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     np.bool = bool  # MXNet 1.9 under numpy >= 1.24
     import mxnet as mx
-    library, prefix, images, out = sys.argv[1:5]
+    library, images, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
     mx.library.load(library, verbose=False)
-    sym = mx.sym.load(prefix + "-symbol.json")
-    saved = mx.nd.load(prefix + "-0000.params")
-    saved = saved if isinstance(saved, dict) else {}  # an empty dict is saved as an empty list
-    arg = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
-    aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
     x = np.load(images)
-    ex = sym.bind(mx.cpu(), {"data": mx.nd.array(x), **arg}, aux_states=aux, grad_req="null")
-    np.save(out, ex.forward(is_train=False)[0].asnumpy())
+    for prefix, out in zip(pairs[::2], pairs[1::2]):
+        sym = mx.sym.load(prefix + "-symbol.json")
+        saved = mx.nd.load(prefix + "-0000.params")
+        saved = saved if isinstance(saved, dict) else {}  # an empty dict is saved as an empty list
+        arg = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
+        aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
+        ex = sym.bind(mx.cpu(), {"data": mx.nd.array(x), **arg}, aux_states=aux, grad_req="null")
+        np.save(out, ex.forward(is_train=False)[0].asnumpy())
 """)
 
 
@@ -99,21 +101,25 @@ def test_gluon_cnn_to_cal_quant_npu(mx, data, fp32_model, tmp_path):
     assert abs(top1["npu"] - top1["fp32"]) <= 0.01
     assert agree >= 0.995
 
-    # each form saved with sym.save + mx.nd.save reloads and runs in a fresh process
+    # each form saved with sym.save + mx.nd.save reloads and runs in a fresh process (one for
+    # the three: an MXNet import each cost seconds)
     images = tmp_path / "images.npy"
     np.save(images, x_test[:64])
-    library = ratelnn.ops_library_path("mxnet")
-    for form, (sym, arg, aux) in (("cal", cal), ("quant", quant), ("npu", npu)):
+    forms = {"cal": cal, "quant": quant, "npu": npu}
+    pairs = []
+    for form, (sym, arg, aux) in forms.items():
         prefix = str(tmp_path / form)
         sym.save(prefix + "-symbol.json")
         mx.nd.save(prefix + "-0000.params", {**{f"arg:{k}": v for k, v in arg.items()},
                                               **{f"aux:{k}": v for k, v in aux.items()}})
-        out = tmp_path / f"{form}-out.npy"
-        proc = subprocess.run([sys.executable, "-c", RELOAD_SCRIPT, library, prefix, str(images), str(out)],
-                              env=subprocess_env(), capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, f"{form}: {proc.stderr[-3000:]}"
+        pairs += [prefix, str(tmp_path / f"{form}-out.npy")]
+    proc = subprocess.run([sys.executable, "-c", RELOAD_SCRIPT, ratelnn.ops_library_path("mxnet"), str(images),
+                           *pairs], env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for form in forms:
         reference = logits["fp32" if form == "cal" else form][:64]
-        np.testing.assert_allclose(np.load(out), reference, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.load(tmp_path / f"{form}-out.npy"), reference, rtol=1e-5, atol=1e-5,
+                                   err_msg=form)
 
 
 def test_precision_tools_on_mxnet(mx, data, fp32_model, tmp_path):

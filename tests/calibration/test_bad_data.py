@@ -7,6 +7,9 @@ import pytest
 
 from ratelnn.calibration.data import CalibrationData, DataError, InputSpec
 
+# data checks only; 'tensorflow' names the data layout, no TensorFlow runs (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
+
 
 def batches(data):
     return list(CalibrationData(data, [InputSpec("x", (2, 3), "float32")], {}, 2, "tensorflow"))

@@ -88,6 +88,7 @@ def test_mxnet_calibration_histograms_equal_tensorflow_and_numpy(mx, tf_ops, tmp
         converter(small_model(mx), dict(config, quantize_algorithm=method)).to_quant()
 
 
+@pytest.mark.no_tf_math
 def test_mxnet_minmax_rejects_nan_before_recording(mx, tmp_path):
     x = np.ones((4, 5), np.float32)
     mx.nd.ratel_minmax(mx.nd.array(x), tensor_name="t", output_dir=str(tmp_path)).wait_to_read()

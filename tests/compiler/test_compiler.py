@@ -28,6 +28,9 @@ from helpers.ir_graphs import (add_node, build_cnn, compare, compile_config, con
 
 F32 = np.float32
 BATCH = 4
+# IR graphs, the numpy reference and native engines only; 'tensorflow' is an Opaque node's
+# attribute: no TensorFlow kernel runs (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
 
 
 

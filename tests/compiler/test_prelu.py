@@ -26,6 +26,8 @@ from helpers.paths import EXAMPLES
 
 F32 = np.float32
 BATCH = 4
+# tests marked no_tf_math build IR graphs or only freeze Keras models (no TensorFlow kernel
+# runs): the numpy reference and native engines compute them (tests/conftest.py)
 
 
 def _slopes(shape, seed):
@@ -121,6 +123,7 @@ def test_prelu_not_per_channel_becomes_a_standalone_op():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.no_tf_math
 def test_fuse_prelu_keeps_the_decomposition_when_the_conv_output_has_another_reader():
     rng = np.random.default_rng(0)
     g = Graph("shared")
@@ -146,6 +149,7 @@ def test_fuse_prelu_keeps_the_decomposition_when_the_conv_output_has_another_rea
 
 
 # ---------------------------------------------------------------- quantize, compile, export
+@pytest.mark.no_tf_math
 @pytest.mark.parametrize("head", ["conv", "dense"])
 def test_prelu_layers_compile_into_one_engine_that_matches_the_quantized_model(head, keras_graphs, tmp_path):
     g = keras_graphs[head][1]
@@ -193,6 +197,7 @@ def test_quantized_tf_export_runs_and_round_trips_the_fused_prelu(keras_graphs, 
     assert len(engine_nodes(compile_graph(recovered, config))) == 1
 
 
+@pytest.mark.no_tf_math
 def test_mxnet_per_channel_prelu_fuses_and_exports_as_leaky_relu_prelu(tmp_path):
     from ratelnn.frontend.mxnet.exporter import export_symbol
     from ratelnn.frontend.mxnet.handler import MXModelHandler
@@ -236,6 +241,7 @@ def test_mxnet_per_channel_prelu_fuses_and_exports_as_leaky_relu_prelu(tmp_path)
 
 
 # ---------------------------------------------------------------- signed M_neg in the executors
+@pytest.mark.no_tf_math
 @pytest.mark.parametrize("x_dtype,cin,cout,groups,hw", [
     ("int8", 8, 40, 1, 9),      # GEMM path, several 16-channel blocks, int32 accumulators
     ("uint8", 6, 6, 6, 7),      # depthwise
@@ -274,6 +280,7 @@ def test_conv2d_with_negative_slopes_is_bit_exact_and_correct(x_dtype, cin, cout
     assert (ref[..., slopes < 0] > 0).any()   # negative accumulators became positive codes
 
 
+@pytest.mark.no_tf_math
 @pytest.mark.parametrize("shift", [1, 32])   # 32: every shift >= 32, the int32-clamp path
 def test_negative_multiplier_rounds_ties_half_away_from_zero(shift):
     """M = 2^shift / d, M_neg = -M (d = 2, or 4 for shift 32): y = round_half_away(acc / d) for
@@ -308,6 +315,7 @@ def evaluate_conv(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
     return evaluate_node(node, [x, w])[0].astype(np.float64)
 
 
+@pytest.mark.no_tf_math
 def test_validator_rejects_a_negative_multiplier_out_of_range():
     b = EngineBuilder("bad_slope", 1)
     tx, ty = b.tensor("x", (1, 4), "int8", 0.1), b.tensor("y", (1, 2), "int8", 0.1)
@@ -321,6 +329,7 @@ def test_validator_rejects_a_negative_multiplier_out_of_range():
 
 
 # ---------------------------------------------------------------- MTCNN
+@pytest.mark.no_tf_math
 def test_mtcnn_rnet_compiles_to_one_engine(tmp_path):
     """The pretrained R-Net (PReLU after every conv and its dense layer, slopes of both signs)."""
     pytest.importorskip("mtcnn")

@@ -46,6 +46,7 @@ def test_analyze_on_ray_equals_one_process(model, make_converter, calibrated, ex
     _assert_reports_equal(one, many)
 
 
+@pytest.mark.no_tf_math
 def test_task_error_keeps_its_type(executor):
     from ratelnn.errors import ModelError
 
@@ -73,6 +74,7 @@ def test_joint_build_on_ray_is_byte_identical(model, calibrated, executor):
     assert placement(serial.scheme) == placement(parallel.scheme)
 
 
+@pytest.mark.no_tf_math
 def test_mxnet_calibration_on_ray_equals_one_process(executor, tmp_path):
     import ratelnn
     from ratelnn.frontend.mxnet import converter

@@ -23,6 +23,7 @@ from helpers.paths import SCRIPTS
 
 COMPILED_BATCH = 2
 CONV_CYCLES, POOL_CYCLES = 3000, 500   # per instruction, at the compiled batch
+# tests marked no_tf_math run no TensorFlow op but RatelEngineOp, ratelnn's own (tests/conftest.py)
 
 
 def two_input_engine(name: str = "test_engine", batch: int = COMPILED_BATCH):
@@ -92,6 +93,7 @@ def ops():
     return ratelnn.tf_init()
 
 
+@pytest.mark.no_tf_math
 @pytest.mark.parametrize("batch", [1, COMPILED_BATCH, 5])
 def test_engine_op_equals_both_executors_at_any_batch(ops, batch):
     engine = two_input_engine()
@@ -104,6 +106,7 @@ def test_engine_op_equals_both_executors_at_any_batch(ops, batch):
             np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.no_tf_math
 def test_graph_round_trip_shapes_and_results(ops):
     from ratelnn.frontend.tensorflow import import_graphdef
 
@@ -129,6 +132,7 @@ def test_graph_round_trip_shapes_and_results(ops):
     assert engine_node.attrs["engine_name"] == "test_engine" and engine_node.attrs["core_ids"] == [0, 1]
 
 
+@pytest.mark.no_tf_math
 @pytest.mark.parametrize("change, message", [
     (lambda x, y: [x.astype(np.int16), y], r"input 0 \('x'\) must be int8, got int16"),
     (lambda x, y: [x[:, :5], y], r"input 0 \('x'\) has shape \[2,5,6,3\], expected \[N,6,6,3\]"),
@@ -141,6 +145,7 @@ def test_wrong_inputs_name_the_engine(ops, change, message):
         engine_op(ops, engine, change(*random_inputs(engine, 2)), name="my_engine")
 
 
+@pytest.mark.no_tf_math
 def test_bad_engine_bytes_and_attrs_give_error_status(ops):
     engine = two_input_engine()
     inputs = random_inputs(engine, 2)
@@ -157,6 +162,7 @@ def test_bad_engine_bytes_and_attrs_give_error_status(ops):
         ops.ratel_engine_op(inputs, Tout=tout, engine=data, engine_name="e", output_shapes=[[None, 36], [None, 35]])
 
 
+@pytest.mark.no_tf_math
 def test_corrupted_or_old_engines_and_oversized_batches_give_error_status(ops, monkeypatch):
     """Issue 16 item 3: one flipped weight bit and an engine without its checksum are refused
     when the kernel is built; sizes beyond the run-time limits before outputs are allocated."""
@@ -173,6 +179,7 @@ def test_corrupted_or_old_engines_and_oversized_batches_give_error_status(ops, m
         engine_op(ops, engine, random_inputs(engine, 10), name="big")
 
 
+@pytest.mark.no_tf_math
 def test_runs_record_predicted_device_time(ops):
     import ratelnn.npu as npu
     from ratelnn.npu.device import get_device
@@ -196,6 +203,7 @@ def test_runs_record_predicted_device_time(ops):
 
 
 
+@pytest.mark.no_tf_math
 def test_hostile_engines_never_crash_a_bare_tf_process(ops, tmp_path):
     import ratelnn
 

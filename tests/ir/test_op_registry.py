@@ -27,8 +27,11 @@ DOC = REPO / "docs" / "npu-supported-ops.md"
 BEGIN, END = "<!-- BEGIN generated: python -m ratelnn.ir.registry --markdown -->", "<!-- END generated -->"
 COST_KINDS = {"conv", "depthwise", "fc", "eltwise", "pool", "lut", "softmax", "concat", "move"}
 F32 = np.float32
+# tests marked no_tf_math read the registry or run MXNet, the IR evaluator and the compiler:
+# no TensorFlow kernel (tests/conftest.py)
 
 
+@pytest.mark.no_tf_math
 # ---------------------------------------------------------------- the registry itself
 def test_names_and_spellings_are_consistent():
     assert len(registry.BY_NAME) == len(registry.OPS)
@@ -43,6 +46,7 @@ def test_names_and_spellings_are_consistent():
     assert registry.ir_ops("NoSuchOp") == {"NoSuchOp"}
 
 
+@pytest.mark.no_tf_math
 def test_npu_opcodes_cost_classes_and_roles_are_real():
     opcodes = set(engine_pb2.Opcode.keys()) - {"OPCODE_UNSPECIFIED"}
     for op in registry.OPS:
@@ -56,6 +60,7 @@ def test_npu_opcodes_cost_classes_and_roles_are_real():
         assert (op.weight_role is not None) == (op.form == registry.WEIGHTED), op
 
 
+@pytest.mark.no_tf_math
 def test_unknown_op_error_lists_close_names():
     with pytest.raises(registry.UnknownOpError, match=r"unknown IR op 'Relu7'; close IR ops: Relu, Relu6"):
         registry.get("Relu7")
@@ -69,6 +74,7 @@ def test_unknown_op_error_lists_close_names():
         registry.frontend_table("mx", {}, lambda op, s: None)
 
 
+@pytest.mark.no_tf_math
 def test_docs_table_is_generated_from_the_registry():
     text = DOC.read_text()
     assert BEGIN in text and END in text, f"{DOC} lost its generated-table markers"
@@ -78,6 +84,7 @@ def test_docs_table_is_generated_from_the_registry():
         "its markers")
 
 
+@pytest.mark.no_tf_math
 # ---------------------------------------------------------------- readers agree with it
 def test_policy_compiler_evaluator_and_frontends_read_the_registry():
     from ratelnn.frontend.mxnet import exporter as mx_exp, importer as mx_imp
@@ -99,6 +106,7 @@ def test_policy_compiler_evaluator_and_frontends_read_the_registry():
             pass
 
 
+@pytest.mark.no_tf_math
 def test_layer_configs_op_type_takes_framework_spellings():
     g = _graph("x", (2, 4))
     g.add_node(Node("r", "Relu", ["x"], ["r"]), [TensorInfo((2, 4))])
@@ -182,11 +190,12 @@ def _canonical(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-ROUND_TRIPS = [(fw, op.name) for fw in ("tf", "mx") for op in registry.OPS
-               if getattr(op, fw) and not op.custom_op]
+# only the TensorFlow round trips run TensorFlow kernels (tests/conftest.py)
+ROUND_TRIPS = [pytest.param(fw, op.name, id=f"{fw}-{op.name}", marks=() if fw == "tf" else pytest.mark.no_tf_math)
+               for fw in ("tf", "mx") for op in registry.OPS if getattr(op, fw) and not op.custom_op]
 
 
-@pytest.mark.parametrize("fw,op", ROUND_TRIPS, ids=[f"{fw}-{op}" for fw, op in ROUND_TRIPS])
+@pytest.mark.parametrize("fw,op", ROUND_TRIPS)
 def test_op_round_trips_through_its_frontend(fw, op):
     g, feeds = _case(op, fw)
     expected = evaluate(g, feeds)["out"]
@@ -218,6 +227,7 @@ def test_op_round_trips_through_its_frontend(fw, op):
 NPU_CASES = [op.name for op in registry.OPS if op.quantized]
 
 
+@pytest.mark.no_tf_math
 @pytest.mark.parametrize("op", NPU_CASES)
 def test_quantized_op_lowers_to_its_registered_instructions(op, tmp_path):
     g, feeds = _case(op, "tf")

@@ -10,6 +10,8 @@ from ratelnn.ir.passes import (fold_batchnorm, fold_constants, fuse_bias_activat
 from ratelnn.ir import arith
 
 RNG = np.random.default_rng(0)
+# the numpy evaluator only; 'tensorflow' is an Opaque node's attribute (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
 
 
 def _rand(*shape):

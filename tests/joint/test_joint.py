@@ -14,6 +14,9 @@ from ratelnn.npu.costmodel import LayerCost, LayerTable
 from ratelnn.npu.device import ENV_DEVICES, HG800_SRAM_PER_CORE, DeviceConfigError
 from ratelnn.testing.joint_scenarios import cnn, video_pipeline
 
+# cost-model layer lists: the Keras models of one test are built, never run (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
+
 
 @pytest.fixture(autouse=True)
 def one_device(monkeypatch):

@@ -12,6 +12,9 @@ import pytest
 
 from helpers.paths import REPO
 
+# reads source files only (tests/conftest.py)
+pytestmark = pytest.mark.no_tf_math
+
 ROOT = REPO / "ratelnn"
 
 # Lowest first.  A module's layer is that of the longest prefix listed; an import may go to

@@ -19,15 +19,17 @@ pytest.importorskip("sklearn")
 BATCH = 20
 
 
-def _naive(dataset: str):
-    """(converter with naive statistics, frozen graph, test samples, labels, FP32 top-1 %)."""
+def _naive(dataset: str, cache_dir):
+    """(converter with naive statistics, frozen graph, test samples, labels, FP32 top-1 %); the
+    trained MLP is cached in ``cache_dir`` (the second test pass and reruns load it)."""
     import ratelnn
     from ratelnn.frontend.tensorflow import converter, freeze_keras
-    from ratelnn.testing.tabular import load_tabular_split, train_tabular_mlp
+    from ratelnn.testing.tabular import cached_tabular_mlp, load_tabular_split
     ratelnn.tf_init()
     (x_train, y_train), (x_test, y_test) = load_tabular_split(dataset)
     n_cal, n_test = len(x_train) // BATCH * BATCH, len(x_test) // BATCH * BATCH
-    graph_def, inputs, outputs = freeze_keras(train_tabular_mlp(x_train, y_train), [[BATCH, x_train.shape[1]]])
+    model = cached_tabular_mlp(cache_dir, dataset, x_train, y_train)
+    graph_def, inputs, outputs = freeze_keras(model, [[BATCH, x_train.shape[1]]])
     config = {"input_nodes": inputs, "output_nodes": outputs, "input_shapes": [[BATCH, x_train.shape[1]]],
               "output_dir": tempfile.mkdtemp(prefix=f"{dataset}-"), "auto_int16": False}
     conv = converter(graph_def, config)
@@ -37,13 +39,13 @@ def _naive(dataset: str):
 
 
 @pytest.fixture(scope="module")
-def wine_naive():
-    return _naive("wine")
+def wine_naive(request):
+    return _naive("wine", request.config.cache.mkdir("ratelnn-models"))
 
 
 @pytest.fixture(scope="module")
-def breast_cancer_naive():
-    return _naive("breast_cancer")
+def breast_cancer_naive(request):
+    return _naive("breast_cancer", request.config.cache.mkdir("ratelnn-models"))
 
 
 def _top1(graph_def, conv, x, y) -> float:
