@@ -23,10 +23,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # marked `no_tf_math`: they build, cache or compile the op library, run only ratelnn's own
 # ops, or run no TensorFlow kernel at all (MXNet, the IR's numpy reference, native engines,
 # config and registry checks, Keras models built or frozen but never run), so the rewrites
-# (which replace TF's Conv2D/MatMul/... kernels) cannot change them.  Two kinds more: tests
-# whose only TF math is exact in float32 whichever kernel runs it (the calibration graph of
-# tests/helpers/stats.py: x*2-1 and relu), and tests that run their graphs in subprocesses
-# under both settings themselves (test_tf_onednn_graphs).
+# (which replace TF's Conv2D/MatMul/... kernels) cannot change them.
 _TF_WORDS = ("tensorflow", "keras", "tf_init", "freeze_")
 
 

@@ -24,8 +24,6 @@ from helpers.stats import TENSORS, small_graph_def, calibration_graph, finish, g
 import tensorflow as tf
 
 METHODS = ("naive", "kld", "percentile", "mse")
-# tests marked no_tf_math run only the calibration graph (helpers.stats: x*2-1 and relu, exact
-# in float32 whichever kernel runs them) or numpy (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +38,12 @@ def stats_of(values: np.ndarray) -> TensorStats:
 
 
 # ------------------------------------------------------------------ histogram arithmetic
-@pytest.mark.no_tf_math
 def test_range_is_the_smallest_power_of_two_above_max():
     assert range_exp_for(1.0) == 1 and range_exp_for(0.99) == 0 and range_exp_for(3.0) == 2
     assert range_exp_for(0.0) == -64 and range_exp_for(1e-30) == -64
     assert range_exp_for(np.finfo(np.float32).max) == 128
 
 
-@pytest.mark.no_tf_math
 def test_rebinning_is_exact_for_any_batch_split():
     rng = np.random.default_rng(0)
     # scales spanning 2^-20 .. 2^20, values on bin edges included
@@ -67,7 +63,6 @@ def test_rebinning_is_exact_for_any_batch_split():
         assert merged == whole
 
 
-@pytest.mark.no_tf_math
 def test_widening_sums_adjacent_pairs():
     h = AbsHistogram(3, np.arange(BINS))
     w = h.widened(4)
@@ -78,7 +73,6 @@ def test_widening_sums_adjacent_pairs():
         h.widened(2)
 
 
-@pytest.mark.no_tf_math
 def test_run_length_encoding_round_trips_and_rejects_bad_lengths():
     bins = np.zeros(BINS, np.int64)
     bins[[0, 5, 6, 2047]] = [3, 1, 9, 2]
@@ -91,7 +85,6 @@ def test_run_length_encoding_round_trips_and_rejects_bad_lengths():
         decode_bins([-2049])
 
 
-@pytest.mark.no_tf_math
 def test_op_library_histogram_equals_numpy_reference(ops, tmp_path):
     rng = np.random.default_rng(1)
     batches = [rng.laplace(0, s, (64, 37)).astype(np.float32) for s in (1.0, 0.01, 50.0, 3.0)]
@@ -124,7 +117,6 @@ def thresholds_of(stats: dict, ema: bool) -> dict:
                 for name, s in stats.items() for m in METHODS}
 
 
-@pytest.mark.no_tf_math
 def test_batch_size_and_order_do_not_change_histograms_or_thresholds(ops, tmp_path):
     rng = np.random.default_rng(2)
     images = (rng.laplace(0, 1.5, (256, 4, 5, 3)) + 0.3).astype(np.float32)
@@ -144,7 +136,6 @@ def test_batch_size_and_order_do_not_change_histograms_or_thresholds(ops, tmp_pa
     assert thresholds_of(one, ema=True)[("x", "naive")] != thresholds_of(thirty_two, ema=True)[("x", "naive")]
 
 
-@pytest.mark.no_tf_math
 def test_two_processes_merge_to_the_histogram_of_one(ops, tmp_path):
     """A subprocess and this process calibrate halves of the data into one output_dir."""
     graphdef = tmp_path / "cal.pb"
@@ -167,7 +158,6 @@ def test_two_processes_merge_to_the_histogram_of_one(ops, tmp_path):
     assert thresholds_of(merged, ema=False) == thresholds_of(single, ema=False)
 
 
-@pytest.mark.no_tf_math
 def test_histogram_short_of_count_or_corrupt(tmp_path):
     def write(entry):
         payload = (json.dumps({"tensors": {"t": entry}}) + "\n").encode()
@@ -209,7 +199,6 @@ def reference_kl(bins: np.ndarray, i: int, levels: int, eps: float = 1e-4) -> fl
     return float(np.sum(p[used] * np.log(p[used] / q[used])))
 
 
-@pytest.mark.no_tf_math
 def test_kl_divergences_match_the_definition():
     rng = np.random.default_rng(4)
     bins = rng.poisson(rng.uniform(0, 6, 700)) * (rng.uniform(size=700) > 0.3)
@@ -221,7 +210,6 @@ def test_kl_divergences_match_the_definition():
     np.testing.assert_allclose(fast, slow, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.no_tf_math
 def test_laplace_thresholds_clip_the_tail():
     x = np.random.default_rng(5).laplace(0, 1, 200_000).astype(np.float32)
     s = stats_of(x)
@@ -246,7 +234,6 @@ def test_laplace_thresholds_clip_the_tail():
         th.percentile_threshold("t", s, {"percentile": 0})
 
 
-@pytest.mark.no_tf_math
 def test_kld_warns_naming_the_tensor_when_it_degenerates_to_max():
     uniform = stats_of(np.random.default_rng(6).uniform(-1, 1, 50_000))
     with pytest.warns(th.KLDDegenerateWarning, match="'flat_tensor'.*degenerates to min/max"):
@@ -257,7 +244,6 @@ def test_kld_warns_naming_the_tensor_when_it_degenerates_to_max():
         assert th.kld_threshold("t", laplace, {}) < th.max_abs(laplace)
 
 
-@pytest.mark.no_tf_math
 def test_naive_kld_mix_uses_kld_only_for_kld_nodes():
     s = stats_of(np.random.default_rng(8).laplace(0, 1, 50_000))
     cfg = {"quantize_algorithm": "naive_kld_mix", "kld_nodes": ["conv1"], "enable_EMA": False}

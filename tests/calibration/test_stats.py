@@ -17,10 +17,6 @@ from ratelnn.errors import CalibrationError
 from helpers.stats import TENSORS, calibration_graph, expected_ranges, finish, \
     random_batches, start_calibration, stats_files, write_stats_file
 
-# the calibration graph's only TensorFlow math is x*2-1 and relu, exact in float32 whichever
-# kernel runs them: the oneDNN rewrites cannot change these tests (tests/conftest.py)
-pytestmark = pytest.mark.no_tf_math
-
 
 
 @pytest.fixture(scope="module")

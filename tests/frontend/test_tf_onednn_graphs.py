@@ -104,10 +104,6 @@ def test_no_explicit_padding_and_the_ir_round_trips(forms):
                                   run_model("tensorflow", forms["graphs"]["npu"], feeds, fetch)[0])
 
 
-# Both settings run here in subprocesses whatever this process's TF_ENABLE_ONEDNN_OPTS, so the
-# second pass of the suite would only repeat them (tests/conftest.py); there the test above still
-# makes the forms (calibration included) and runs the compiled ones with the rewrites off.
-@pytest.mark.no_tf_math
 @pytest.mark.parametrize("onednn", ["1", "0"])
 def test_every_form_runs_with_onednn_rewrites(forms, onednn):
     import ratelnn
