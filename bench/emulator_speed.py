@@ -89,15 +89,21 @@ def image_shape(model) -> tuple:
 
 
 # ------------------------------------------------------------------ contenders
-def session_runner(graph_def, input_tensor: str, output_tensor: str, threads: int) -> Callable:
-    """f(batch) -> output of ``graph_def`` in a Session with ``threads`` intra-op threads."""
+def session(graph_def, input_tensor: str, output_tensor: str, threads: int):
+    """``(sess, x, y)``: ``graph_def`` in a Session with ``threads`` intra-op threads (one
+    inter-op thread), and its input / output tensors."""
     import tensorflow as tf
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
     sess = tf.compat.v1.Session(graph=graph, config=config)
-    x, y = graph.get_tensor_by_name(input_tensor), graph.get_tensor_by_name(output_tensor)
+    return sess, graph.get_tensor_by_name(input_tensor), graph.get_tensor_by_name(output_tensor)
+
+
+def session_runner(graph_def, input_tensor: str, output_tensor: str, threads: int) -> Callable:
+    """f(batch) -> output of ``graph_def`` in a Session with ``threads`` intra-op threads."""
+    sess, x, y = session(graph_def, input_tensor, output_tensor, threads)
     return lambda batch: sess.run(y, {x: batch})
 
 

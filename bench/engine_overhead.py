@@ -35,12 +35,7 @@ PROFILED_CALLS = 50
 def session_call(graph_def, input_tensor: str, output_tensor: str, threads: int):
     """``(f(batch), traced(batch) -> {node: us})`` for ``graph_def`` in a Session."""
     import tensorflow as tf
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.compat.v1.import_graph_def(graph_def, name="")
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
-    sess = tf.compat.v1.Session(graph=graph, config=config)
-    x, y = graph.get_tensor_by_name(input_tensor), graph.get_tensor_by_name(output_tensor)
+    sess, x, y = es.session(graph_def, input_tensor, output_tensor, threads)
     call = sess.make_callable(y, [x])
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
 
