@@ -296,6 +296,15 @@ class Tuner:
         conv.calibrate(self.calibration_data, self.batch_size, progress=False)
         return conv, out
 
+    def _candidate(self, settings: Mapping[str, Any]):
+        """(converter of ``settings``: its statistics family's, with the candidate's normalized
+        config; that family's output_dir)."""
+        from .config import normalize
+        family, out = self._family(settings)
+        conv = copy.copy(family)
+        conv.config = normalize(dict(self.conv.config, output_dir=out, **settings), family.handler.framework)
+        return conv, out
+
     # ---------------------------------------------------------- one candidate
     def evaluate(self, label: str, settings: Dict[str, Any], run: bool = True) -> Point:
         """Price and (``run``) judge one candidate; repeated settings are not evaluated again."""
@@ -305,15 +314,12 @@ class Tuner:
         self._check_budget()
         t0 = time.monotonic()
         from .compiler import compile_graph
-        from .config import normalize
         from .profile import profile
         from .quantization.layerwalk import time_limit
         from .quantization.thresholds import KLDDegenerateWarning
         deadline = None if self.time_budget_s is None or self.baseline is None else self.start + self.time_budget_s
         try:
-            family, out = self._family(settings)
-            conv = copy.copy(family)
-            conv.config = normalize(dict(self.conv.config, output_dir=out, **settings), conv.handler.framework)
+            conv, _ = self._candidate(settings)
             with warnings.catch_warnings(), time_limit(deadline):   # a search tries kld on every tensor: no warning per try
                 warnings.simplefilter("ignore", KLDDegenerateWarning)
                 qgraph = conv.quantized_ir()
@@ -422,12 +428,10 @@ class Tuner:
         producer), so it stays float; int16: every 8-bit anchor upstream of the op, back to
         the previous sensitive op or a graph input (a quantized node by its name, a graph
         input or a float op's output border by the input's or the float op's name)."""
-        from .config import normalize
         from .quantization.policy import activation_inputs, is_scale_preserving, make_plan
-        family, out = self._family(best.settings)
-        graph = family.graph
-        plan = make_plan(graph, normalize(dict(self.conv.config, output_dir=out, **best.settings),
-                                          family.handler.framework))
+        conv, _ = self._candidate(best.settings)
+        graph = conv.graph
+        plan = make_plan(graph, conv.config)
         quantized, anchors = set(plan.quantized_nodes), set(plan.anchors)
         producers = {t: n for n in graph.nodes for t in n.outputs}
         fixed = {str(e.get("layer_name")) for e in self.user_layers}
@@ -507,15 +511,12 @@ class Tuner:
         graph, by the 8-bit SQNR its histogram predicts (``thresholds.sqnr_db``)."""
         from .analysis import layer_rows
         from .calibration.stats import load_statistics
-        from .config import normalize
         from .ir import arith
         from .ir.evaluate import EvaluationError
         from .quantization.policy import is_scale_preserving, make_plan
         from .quantization.quantizer import quantize
         from .quantization.thresholds import sqnr_db
-        family, out = self._family(best.settings)
-        conv = copy.copy(family)
-        conv.config = normalize(dict(self.conv.config, output_dir=out, **best.settings), family.handler.framework)
+        conv, out = self._candidate(best.settings)
         graph = conv.graph
         plan = make_plan(graph, conv.config)
         quantized = set(plan.quantized_nodes)
