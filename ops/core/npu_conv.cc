@@ -25,7 +25,6 @@ constexpr int kMR = 6;   // pixels per GEMM micro-tile
 constexpr int kMT = 48;  // pixels per packed im2col tile
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;  // smaller convs run on the calling thread
 constexpr int64_t kDepthwiseScratchBytes = int64_t(8) << 20;  // padded samples per depthwise pass
-constexpr int64_t kDwDirectMinWidth = 12;  // output width from which depthwise reads x in place
 constexpr int64_t kKC = 256;  // k pairs per weight sub-block (16 KiB: stays in L1 across a tile)
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
