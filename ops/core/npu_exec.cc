@@ -685,7 +685,7 @@ void plan_fusions(Engine& e) {
     if (conv.opcode != Opcode::kConv2D || conv.fused_add >= 0 || readers[c] != 1 || is_output[c]) continue;
     if (e.tensors[c].shape != e.tensors[z].shape || e.tensors[r].shape != e.tensors[z].shape) continue;
     const ConstDesc& w = e.constants[conv.consts[0]];
-    if (conv.packed_weights.empty() ||
+    if (conv.packed_weights.empty() || conv.attrs.groups != 1 ||
         conv_path(e.tensors[conv.inputs[0]].dtype, w.dtype, w.shape[2], conv.attrs.groups, conv.wide_accumulator) !=
             ConvPath::kGemm)
       continue;

@@ -70,11 +70,13 @@ struct ConvGeom {
 // FULLY_CONNECTED with `cout` output channels) for every kernel path the CPU has; at load.
 void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout);
 
-// An ADD (and a REQUANT after it) applied by a GEMM conv's epilogue to each output code c
-// before it is stored (docs/architecture.md §7): with r the residual operand's code at the
-// same index, y = clamp(round_shift(c*mc + r*mr, s), lo, hi), then optionally
-// y = clamp(round_shift(y*m2, s2), lo2, hi2); only y is stored.  In double when `f64` (the
-// exact plan of npu_add.h), else in int64: the codes of the two instructions run one by one.
+// An ADD (and a REQUANT after it) applied by a GEMM conv (groups 1) to its output codes c
+// (docs/architecture.md §7): with r the residual operand's code at the same index,
+// y = clamp(round_shift(c*mc + r*mr, s), lo, hi), then optionally
+// y = clamp(round_shift(y*m2, s2), lo2, hi2); only y is written to memory: the conv stages
+// each pixel tile's codes in a per-thread buffer and adds them while they are in cache.
+// In double when `f64` (the exact plan of npu_add.h), else in int64: the codes of the two
+// instructions run one by one.
 struct ConvAddStep {
   const uint8_t* residual;  // same shape as the conv output
   DType rt;
@@ -93,8 +95,8 @@ struct ConvAddStep {
 
 // y = CONV2D(x) of `ins` (weights/bias/multipliers from `e`); x and y are NHWC buffers
 // of the instruction's input/output dtypes.  Uses up to `threads` pool threads.  With `add`
-// (only for conv_path kGemm with packed weights), the epilogue applies it and writes add->y
-// instead of y.
+// (only for conv_path kGemm with packed weights, groups 1) it is applied per tile and add->y
+// is written instead of y.
 void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const uint8_t* x, uint8_t* y,
               int threads, const ConvAddStep* add = nullptr);
 
