@@ -223,6 +223,7 @@ class Tuner:
             raise ConfigError(f"tune: unknown passes {sorted(unknown)}; known: {[k for k, _ in PASSES]}")
         self.known_passes = [(k, v) for k, v in PASSES if k in _config_keys() and (passes is None or k in passes)]
         self.evals = 0
+        self.adaround_codes: Dict[str, np.ndarray] = {}   # quantization.adaround.code_cache
         self.baseline: Optional[Point] = None
         self.bar = Progress(self.max_evals, "tune", unit="candidates", enabled=progress)
 
@@ -315,12 +316,15 @@ class Tuner:
         t0 = time.monotonic()
         from .compiler import compile_graph
         from .profile import profile
+        from .quantization.adaround import code_cache
         from .quantization.layerwalk import time_limit
         from .quantization.thresholds import KLDDegenerateWarning
         deadline = None if self.time_budget_s is None or self.baseline is None else self.start + self.time_budget_s
         try:
             conv, _ = self._candidate(settings)
-            with warnings.catch_warnings(), time_limit(deadline):   # a search tries kld on every tensor: no warning per try
+            # a search tries kld on every tensor: no warning per try; AdaRound codes shared
+            # by candidates with the same configuration upstream of a layer
+            with warnings.catch_warnings(), time_limit(deadline), code_cache(self.adaround_codes):
                 warnings.simplefilter("ignore", KLDDegenerateWarning)
                 qgraph = conv.quantized_ir()
         except TimeLimitExceeded as e:   # a data-driven pass outran time_budget_s
