@@ -194,7 +194,7 @@ class Tuner:
     def __init__(self, conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
                  max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
                  calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-                 passes: Optional[Sequence[str]] = None, borders: bool = True) -> None:
+                 passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> None:
         from .calibration.progress import Progress
         from .config import ConfigError
         for name, value, ok, expected in (
@@ -211,6 +211,7 @@ class Tuner:
         self.ratio, self.max_evals, self.time_budget_s = float(max_latency_ratio), int(max_evals), time_budget_s
         self.calibration_data = data if calibration_data is None else calibration_data
         self.borders = bool(borders)
+        self.int16_budget = bool(int16_budget)
         self.batch_size = batch_size
         self.root = os.path.join(str(conv.config["output_dir"]), "tune")
         self.start = time.monotonic()
@@ -508,11 +509,15 @@ class Tuner:
                     break
         return step if self._meets(step) or self._better(step, found) else found
 
-    def _ranked_layers(self, best: Point) -> List[Tuple[str, List[Dict[str, str]], List[Dict[str, str]]]]:
+    def _ranked_layers(self, best: Point, prices: Optional[Mapping[str, float]] = None
+                       ) -> List[Tuple[str, List[Dict[str, str]], List[Dict[str, str]]]]:
         """(layer, int16 entries, fp32 entries) of every 8-bit layer (and quantized graph
         input), least precise first: by the SQNR the layer loses on the first batch
-        (``analysis.layer_rows``, per-channel), or, when the numpy evaluator cannot run the
-        graph, by the 8-bit SQNR its histogram predicts (``thresholds.sqnr_db``)."""
+        (``analysis.layer_rows``, per-channel; measured without the data-driven passes, which
+        would run again for the ranking alone), or, when the numpy evaluator cannot run the
+        graph, by the 8-bit SQNR its histogram predicts (``thresholds.sqnr_db``).  With
+        ``prices`` (anchor tensor -> predicted seconds of it in int16, :meth:`_int16_prices`):
+        by SQNR loss per predicted second instead (measured losses only)."""
         from .analysis import layer_rows
         from .calibration.stats import load_statistics
         from .ir import arith
@@ -520,7 +525,7 @@ class Tuner:
         from .quantization.policy import is_scale_preserving, make_plan
         from .quantization.quantizer import quantize
         from .quantization.thresholds import sqnr_db
-        conv, out = self._candidate(best.settings)
+        conv, out = self._candidate(_without_data_passes(best.settings, self.known_passes))
         graph = conv.graph
         plan = make_plan(graph, conv.config)
         quantized = set(plan.quantized_nodes)
@@ -543,9 +548,11 @@ class Tuner:
 
         scored = []
         try:
+            floor = min([v for v in (prices or {}).values() if v > 0] or [1.0])
             for row in layer_rows(conv, self.batches[0][0]):
                 if row.dtype in ("int8", "uint8"):
-                    scored.append((-row.sqnr_drop_db, row.tensor))
+                    per = 1.0 if prices is None else max(prices.get(row.tensor, 0.0), floor)
+                    scored.append((-row.sqnr_drop_db / per, row.tensor))
         except EvaluationError:
             stats = load_statistics(out)
             qgraph = quantize(graph, stats, conv.config)
@@ -561,6 +568,62 @@ class Tuner:
                 ranked.append(option)
         return ranked
 
+    def _int16_prices(self, best: Point) -> Dict[str, float]:
+        """Anchor tensor -> predicted extra seconds of one inference with that 8-bit tensor in
+        int16 alone: per engine instruction writing or reading it, the cost model's cycles
+        (``layer_cycles``, one core) with its bytes doubled and its product int16 x int8,
+        minus its cycles now; scaled by the all-int8 latency over the summed cycles of the
+        all-int8 model (the cores' split); an estimate for ranking, the candidates are priced in
+        full."""
+        from .compiler import compile_graph
+        from .npu.costmodel import layer_cycles
+        from .npu.costs import instruction_layer_cost
+        from .npu.engine import Engine
+        from .proto import engine_pb2
+        conv, _ = self._candidate(_without_data_passes(best.settings, self.known_passes))
+        compiled = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
+        extra: Dict[str, float] = {}
+        total = 0.0
+        for node in compiled.nodes:
+            if node.op != "Engine":
+                continue
+            engine = Engine.from_bytes(node.attrs["engine"])
+            tensors = engine.proto.tensors
+            for ins in engine.instructions:
+                cost = instruction_layer_cost(engine, ins)
+                now = layer_cycles(cost)[0]
+                total += now
+                for slot, ids in (("in", ins.inputs), ("out", ins.outputs)):
+                    for i in ids:
+                        t = tensors[i]
+                        if t.dtype == engine_pb2.INT16:
+                            continue
+                        size = float(np.prod(t.shape[1:], dtype=np.int64))
+                        wide = (dataclasses.replace(cost, bits=16, in_bytes=cost.in_bytes + size) if slot == "in"
+                                else dataclasses.replace(cost, out_bytes=cost.out_bytes + size))
+                        extra[t.name] = extra.get(t.name, 0.0) + layer_cycles(wide)[0] - now
+        scale = self.baseline.latency_s / total if total > 0 else 0.0
+        return {t: c * scale for t, c in extra.items()}
+
+    def _stage_budget(self, best: Point) -> Point:
+        """int16 on the layers that lose the most SQNR per predicted second
+        (:meth:`_int16_prices`), as many as the estimate fits in the latency limit, judged
+        at that count first (then more or fewer as :meth:`_prefixes` bisects)."""
+        prices = self._int16_prices(best)
+        ranked = [r for r in self._ranked_layers(best, prices) if r[1]]
+        room = self.ratio * self.baseline.latency_s - best.latency_s
+        anchors = _anchor_tensors(self.conv.graph)
+        k, spent = 0, 0.0
+        for _, entries, _ in ranked:
+            cost = sum(prices.get(anchors.get(e["layer_name"], e["layer_name"]), 0.0) for e in entries)
+            if spent + cost > room:
+                break
+            spent, k = spent + cost, k + 1
+        if k == 0:
+            return best
+        sizes = [k] + ([min(2 * k, len(ranked))] if k < len(ranked) else [])
+        return self._prefixes(best, ranked, 1, "int16", sizes=sizes, label="per predicted us")
+
     def _stage_layers(self, best: Point) -> Point:
         ranked = self._ranked_layers(best)
         start = best
@@ -571,10 +634,12 @@ class Tuner:
             best = p if self._meets(p) or self._better(p, best) else best
         return best
 
-    def _prefixes(self, best: Point, options, kind: int, dtype: str) -> Point:
+    def _prefixes(self, best: Point, options, kind: int, dtype: str, sizes: Optional[Sequence[int]] = None,
+                  label: str = "") -> Point:
         """``dtype`` on the first k of ``options`` (least precise first) on top of ``best``,
-        k = 1, 2, 4, ... all; bisected down to the fewest layers that meet the target, or up to
-        the most that stay within the latency limit.  Returns the best point found."""
+        k = ``sizes`` (default 1, 2, 4, ... all); bisected down to the fewest layers that meet
+        the target, or up to the most that stay within the latency limit.  Returns the best
+        point found."""
         current = {e["layer_name"]: e for e in best.settings["layer_configs"][len(self.user_layers):]}
         method = best.settings["quantize_algorithm"]
 
@@ -584,9 +649,11 @@ class Tuner:
                 entries.pop(option[0], None)
                 entries.update((e["layer_name"], e) for e in option[kind])
             settings = dict(best.settings, layer_configs=self.user_layers + list(entries.values()))
-            return self.evaluate(f"{method} + {dtype} on the {k} least precise layer(s)", settings)
+            return self.evaluate(f"{method} + {dtype} on the {k} least precise layer(s){' ' + label if label else ''}",
+                                 settings)
 
-        sizes = sorted({min(2 ** i, len(options)) for i in range(len(options).bit_length() + 1)} - {0})
+        if sizes is None:
+            sizes = sorted({min(2 ** i, len(options)) for i in range(len(options).bit_length() + 1)} - {0})
         found, below = best, 0
         for k in sizes:
             p = trial(k)
@@ -633,6 +700,8 @@ class Tuner:
             try:
                 best = self._stage_methods()
                 best = self._stage_passes(best)
+                if not self._meets(best) and self.int16_budget:
+                    best = self._stage_budget(best)
                 if not self._meets(best):
                     best = self._stage_auto_int16(best)
                 if not self._meets(best) and self.borders:
@@ -669,10 +738,10 @@ class Tuner:
 def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
          max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
          calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-         passes: Optional[Sequence[str]] = None, borders: bool = True) -> TuneResult:
+         passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> TuneResult:
     """See :meth:`ratelnn.convert.ConvertImpl.tune`."""
     return Tuner(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                 calibration_data, batch_size, progress, passes, borders).run()
+                 calibration_data, batch_size, progress, passes, borders, int16_budget).run()
 
 
 # ------------------------------------------------------------------ helpers
@@ -685,6 +754,17 @@ def _sensitive(node) -> bool:
     """Whether ``node`` is a float op of :data:`SENSITIVE_OPS` (Opaque: by its framework type)."""
     kind = node.attrs.get("type") if node.op == "Opaque" else node.op
     return str(kind).lower() in SENSITIVE_OPS
+
+
+def _without_data_passes(settings: Mapping[str, Any], known) -> Dict[str, Any]:
+    """``settings`` with the passes that fit on data (bias correction, AdaRound) off."""
+    off = {k: PASS_OFF[k] for k, _ in known if k in ("bias_correction", "adaround_iterations")}
+    return dict(settings, **off)
+
+
+def _anchor_tensors(graph) -> Dict[str, str]:
+    """layer_configs name -> the tensor it sets: a node's first output (a graph input: itself)."""
+    return {n.name: n.outputs[0] for n in graph.nodes if n.outputs}
 
 
 def _slug(name: str) -> str:

@@ -66,9 +66,10 @@ def quantize(x: np.ndarray, scale: Scale, dtype: str = "int8", axis: Optional[in
         v = (x / s).astype(np.float32)
         r = ROUNDERS[round_mode](v).astype(np.float32)
     lo, hi = QRANGE[dtype]
-    r[np.isnan(r)] = 0
-    if dtype == "int32":   # clip in float64 so that int32 limits are exact
+    if dtype == "int32" or np.ndim(r) == 0:   # clip in float64 so that int32 limits are exact
+        r = np.where(np.isnan(r), np.float32(0), r)
         return np.clip(r.astype(np.float64), lo, hi).astype(dtype)
+    r[np.isnan(r)] = 0
     return np.clip(r, lo, hi, out=r).astype(dtype)   # 8/16-bit limits are exact in float32
 
 
