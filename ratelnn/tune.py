@@ -15,15 +15,20 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
 2. passes on the best so far, one at a time, kept when they raise the metric:
    ``equalization``, ``bias_correction``, ``adaround_iterations`` (a key the config does not
    know is skipped; they cost no latency);
-3. while the target is not met: ``auto_int16`` at its defaults and with a larger budget;
-4. while it is not met, *borders* (:meth:`Tuner._border_moves`): every quantized tensor a
+3. while the target is not met, the *int16 budget* (:meth:`Tuner._stage_budget`): int16 on
+   the layers losing most SQNR per predicted second (:meth:`Tuner._int16_prices`), as many as
+   the estimate fits in the latency limit;
+4. while it is not met: ``auto_int16`` at its defaults and with a larger budget;
+5. while it is not met, *borders* (:meth:`Tuner._border_moves`): every quantized tensor a
    numerically sensitive float op reads (:data:`SENSITIVE_OPS`: Log, Div, Sqrt, Pow, ...)
    kept fp32 jointly with int16 on the quantized region upstream of it (back to the previous
    sensitive op or graph input), all borders at once, then each on its own;
-5. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
+6. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
    :meth:`Tuner._prefixes`), by the SQNR each loses (``analysis.layer_rows``) or, where the
    numpy evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts;
-6. once met: layer entries dropped again, one at a time, while the target still holds.
+7. once met: layer entries dropped again, one at a time, while the target still holds.
+
+AdaRound codes are cached per layer across candidates (``quantization.adaround.code_cache``).
 
 Statistics: one calibration per set of pass settings that needs its own (a pass that changes
 the float graph, or whose quantizer reads statistics the base calibration lacks), each in
