@@ -326,12 +326,20 @@ class Tuner:
         from .quantization.layerwalk import time_limit
         from .quantization.thresholds import KLDDegenerateWarning
         deadline = None if self.time_budget_s is None or self.baseline is None else self.start + self.time_budget_s
+        cheap = _without_data_passes(settings, self.known_passes)
         try:
             conv, _ = self._candidate(settings)
             # a search tries kld on every tensor: no warning per try; AdaRound codes shared
             # by candidates with the same configuration upstream of a layer
             with warnings.catch_warnings(), time_limit(deadline), code_cache(self.adaround_codes):
                 warnings.simplefilter("ignore", KLDDegenerateWarning)
+                if self.baseline is not None and cheap != settings:
+                    # priced before the data-driven passes run: they change codes, not dtypes
+                    latency = self._latency(*self._candidate(cheap))
+                    if latency is not None and self._over(latency):
+                        point = Point(label, settings, None, latency, False, time.monotonic() - t0,
+                                      f"over {self.ratio:g} x all-int8 latency: not run (priced without the data-driven passes)")
+                        return self._record(key, point)
                 qgraph = conv.quantized_ir()
         except TimeLimitExceeded as e:   # a data-driven pass outran time_budget_s
             raise _Budget(f"stopped at time_budget_s={self.time_budget_s:g} ({e}, trying {label})") from None
@@ -347,7 +355,7 @@ class Tuner:
             return self._record(key, point)
         latency = prof.latency_s + self._host_seconds(qgraph, conv.config)
         fits = all(e.latency.fits_sram for e in prof.engines)
-        over = self.baseline is not None and latency > self.ratio * self.baseline.latency_s * (1 + 1e-9)
+        over = self._over(latency)
         metric, note = None, ""
         if over:
             note = f"over {self.ratio:g} x all-int8 latency: not run"
@@ -359,6 +367,21 @@ class Tuner:
         digest = hashlib.sha256(b"".join(n.attrs["engine"] for n in compiled.nodes if n.op == "Engine"))
         point = Point(label, settings, metric, latency, fits, time.monotonic() - t0, note, digest.hexdigest())
         return self._record(key, point)
+
+    def _over(self, latency: float) -> bool:
+        return self.baseline is not None and latency > self.ratio * self.baseline.latency_s * (1 + 1e-9)
+
+    def _latency(self, conv, out) -> Optional[float]:
+        """Predicted latency of ``conv``'s quantized model (engines + host fp32 layers); None
+        when it has no engine."""
+        from .compiler import compile_graph
+        from .profile import profile
+        qgraph = conv.quantized_ir()
+        try:
+            prof = profile(compile_graph(qgraph, conv.config, conv.device_info), 1, conv.device_info or None)
+        except ValueError:
+            return None
+        return prof.latency_s + self._host_seconds(qgraph, conv.config)
 
     def _record(self, key: str, point: Point) -> Point:
         self.seen[key] = point
