@@ -13,11 +13,12 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
 1. methods: ``naive``, ``kld``, ``percentile``, ``mse`` (all int8, ``auto_int16`` off); the
    ``naive`` one is the *all-int8 baseline* whose latency ``max_latency_ratio`` refers to;
 2. passes on the best so far, one at a time, kept when they raise the metric:
-   ``equalization``, ``bias_correction``, ``adaround_iterations`` (a key the config does not
-   know is skipped; they cost no latency);
+   ``equalization``, ``bias_correction`` (a key the config does not know is skipped; they
+   cost no latency);
 3. while the target is not met, the *int16 budget* (:meth:`Tuner._stage_budget`): int16 on
    the layers losing most SQNR per predicted second (:meth:`Tuner._int16_prices`), as many as
-   the estimate fits in the latency limit;
+   the estimate fits in the latency limit; then, while it is not met, ``adaround_iterations``
+   (:data:`LATE_PASSES`: minutes per try on a large model) kept when it raises the metric;
 4. while it is not met: ``auto_int16`` at its defaults and with a larger budget;
 5. while it is not met, *borders* (:meth:`Tuner._border_moves`): every quantized tensor a
    numerically sensitive float op reads (:data:`SENSITIVE_OPS`: Log, Div, Sqrt, Pow, ...)
@@ -61,6 +62,8 @@ PASSES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
     ("adaround_iterations", (200,)),
 )
 PASS_OFF = {"equalization": False, "bias_correction": "none", "adaround_iterations": 0}
+# tried after the int16 budget: an optimisation per layer, minutes per try on a large model
+LATE_PASSES = ("adaround_iterations",)
 # Assumed host throughput for layers a candidate keeps in fp32 (they leave the NPU and run on
 # the CPU): 50 G multiply-adds/s, a few AVX-512 cores in float32.  Only the layers the
 # candidate moves off the NPU are charged; ops every candidate leaves on the CPU are not.
@@ -443,8 +446,8 @@ class Tuner:
                 found = p
         return found
 
-    def _stage_passes(self, best: Point) -> Point:
-        for key, values in self.known_passes:
+    def _stage_passes(self, best: Point, keys: Sequence[str]) -> Point:
+        for key, values in [(k, v) for k, v in self.known_passes if k in keys]:
             found = best
             for value in values:
                 s = dict(best.settings, **{key: value})
@@ -727,9 +730,11 @@ class Tuner:
         try:
             try:
                 best = self._stage_methods()
-                best = self._stage_passes(best)
+                best = self._stage_passes(best, [k for k, _ in PASSES if k not in LATE_PASSES])
                 if not self._meets(best) and self.int16_budget:
                     best = self._stage_budget(best)
+                if not self._meets(best):
+                    best = self._stage_passes(best, LATE_PASSES)
                 if not self._meets(best):
                     best = self._stage_auto_int16(best)
                 if not self._meets(best) and self.borders:
