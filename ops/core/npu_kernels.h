@@ -23,7 +23,10 @@
 //   zero padded.  The AVX2 and AVX-512 paths then read the 8/16-bit input directly (no padded
 //   copy; taps outside the image skipped), one sign/zero-extended int32 lane per channel, so
 //   vpmaddwd / vpdpwssd adds x * w per lane (the high halves multiply 0): 16 channels per zmm
-//   or two ymm (docs/architecture.md §17).
+//   or two ymm (docs/architecture.md §17).  8-bit x with int8 weights, kh <= 4, kw = 3, on a CPU
+//   with AVX-512 VNNI: also packed_quads, int8 [ceil(Cout/16)][3 kx][16 channels][4 ky] (ky >= kh
+//   zero) and quad_correction, int32 [ceil(Cout/16) * 16]: -128 * sum(w) for int8 x, else 0, for
+//   the stride-1 vpdpbusd runs.
 // - kScalar (int16 activations with int16 weights, or wide depthwise): plain loops over the
 //   HWIO constant; packed_weights is empty.
 #pragma once
