@@ -2,7 +2,9 @@
 // weight packing here, the kernels in npu_conv_kernels.inc, compiled once per
 // instruction-set path and chosen at run time by active_isa() (core/isa.h).
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -199,8 +201,20 @@ void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh
   std::memcpy(ins.packed_weights.data(), packed.data(), ins.packed_weights.size());
 }
 
-void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const uint8_t* x, uint8_t* y, int threads) {
-  RATELNN_ON_ACTIVE_PATH(run_conv_impl(e, ins, g, x, y, threads))
+void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout) {
+  for (auto& p : ins.channel_params) p.reset();
+  ins.channel_params[int(Isa::kPortable)] = isa_portable::make_channel_params(e, ins, cout);
+#if RATELNN_X86_PATHS
+  if (isa_supported(Isa::kAvx2)) ins.channel_params[int(Isa::kAvx2)] = isa_avx2::make_channel_params(e, ins, cout);
+  if (isa_supported(Isa::kAvx512)) ins.channel_params[int(Isa::kAvx512)] = isa_avx512::make_channel_params(e, ins, cout);
+  if (isa_supported(Isa::kAvx512Vnni))
+    ins.channel_params[int(Isa::kAvx512Vnni)] = isa_avx512_vnni::make_channel_params(e, ins, cout);
+#endif
+}
+
+void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const uint8_t* x, uint8_t* y, int threads,
+              const ConvAddStep* add) {
+  RATELNN_ON_ACTIVE_PATH(run_conv_impl(e, ins, g, x, y, threads, add))
 }
 
 int64_t peak_macs(int64_t iters, const char** instruction) {
