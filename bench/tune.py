@@ -147,6 +147,30 @@ def tflite_cosine(make_converter, x_cal, x_test, fp32) -> str:
     return f"{worst:.6f}" + (f" ({note}then converted with {'+'.join(o.name for o in ops)})" if note else "")
 
 
+# measured separately (tune's candidates with the latency limit lifted, same calibration and
+# test inputs, compiled models; /tmp probes of the pose-tune branch, not by this script)
+POSE_WHY = (
+    "Where the pose network's loss is, and what int16 costs (compiled models, cosine lowest over "
+    "the two outputs on the test photos; no accuracy pass unless named). Every activation in "
+    "int16 (weights int8): 0.934431 at 1.200 x; with equalization 0.971280; with equalization "
+    "and empirical bias correction 0.987972 (1.200 x). Weights in int16 alone (activations int8): "
+    "0.783699 at 1.137 x (with equalization 0.876728). Everything in int16, weights and "
+    "activations: 0.990481 at 1.476 x (with equalization 0.990488): even 16 bits everywhere only "
+    "just reaches 0.99. int16 on one refinement stage's 20-21 layers: stage 1 0.774448, 2 0.770063, "
+    "3 0.759354, 4 0.797137, 5 0.815879, 6 0.829680 (1.014-1.016 x); stages 5 and 6 0.838720 "
+    "(1.031 x); the backbone's 25 layers 0.765978 (1.081 x). So no block holds the loss: it is "
+    "spread over every layer, and only int16 on (nearly) every activation, with equalization and "
+    "bias correction, comes near 0.99. The price: the cost model used to charge an int16 x int8 "
+    "product (int16 activations, int8 weights: what an int16 layer_config gives) as an int16 x "
+    "int16 one, 4 x the int8 MAC time, against docs/cost-model.md's own assumption (an int16 x "
+    "int16 product takes four int8 products, so int16 x int8 takes two). Priced that way every "
+    "activation in int16 cost 1.476 x (as much as everything in int16), stage 6 1.041 x, int16 "
+    "weights alone 1.424 x; priced as two products they cost 1.200, 1.016 and 1.137 x (the "
+    "earlier run, under the old price, found int16 on 6 or more of the least precise layers over "
+    "1.3 x; not re-measured under the new one)."
+)
+
+
 def evaluate(model, max_evals: int, budget: float) -> dict:
     import ratelnn
     from ratelnn.frontend.tensorflow import converter
@@ -205,6 +229,8 @@ def section(row) -> list:
                     "compared at 6 decimals)")
     lines.append(f"\nChosen config: `{ {k: v for k, v in r.config.items() if k != 'output_dir'} }`. "
                  f"{verdict}. {len(r.history)} candidates, {row['tune_s']:.0f} s (tune), {r.stopped}.")
+    if name == "openpose_mobilenet_thin":
+        lines += ["", POSE_WHY]
     return lines
 
 

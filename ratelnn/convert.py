@@ -226,7 +226,7 @@ class ConvertImpl:
     def tune(self, data: Any, metric: Any = None, target: float = 0.99, max_latency_ratio: float = 1.3,
              max_evals: int = 40, time_budget_s: Optional[float] = None, calibration_data: Any = None,
              batch_size: Optional[int] = None, progress: bool = True, passes: Any = None,
-             borders: bool = True):
+             borders: bool = True, int16_budget: bool = True):
         """Search methods, accuracy passes and per-layer int8/int16/fp32 for the cheapest
         configuration (NPU cost model) whose ``metric`` on ``data`` reaches ``target``
         (docs/quantization.md "Accuracy tuning", docs/architecture.md §12).
@@ -237,12 +237,14 @@ class ConvertImpl:
         ``max_evals`` / ``time_budget_s``: stop there with the best found;
         ``calibration_data``: data to calibrate on (default ``data``); ``passes``: the
         accuracy-pass keys to try (default every one the config knows); ``borders``: whether
-        to try sensitive float ops' input borders in fp32 with int16 upstream.  Statistics go to
+        to try sensitive float ops' input borders in fp32 with int16 upstream; ``int16_budget``:
+        whether to try int16 on the layers losing most SQNR per predicted microsecond, as many
+        as the latency limit allows, right after the passes.  Statistics go to
         ``<output_dir>/tune/``.  Returns a :class:`ratelnn.tune.TuneResult` (``.config``,
         ``.pareto``, ``.plot(path)``, ``.table()``)."""
         from .tune import tune
         return tune(self, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                    calibration_data, batch_size, progress, passes, borders)
+                    calibration_data, batch_size, progress, passes, borders, int16_budget)
 
 
 def _random_feeds(qgraph: Graph) -> Dict[str, np.ndarray]:

@@ -13,17 +13,23 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
 1. methods: ``naive``, ``kld``, ``percentile``, ``mse`` (all int8, ``auto_int16`` off); the
    ``naive`` one is the *all-int8 baseline* whose latency ``max_latency_ratio`` refers to;
 2. passes on the best so far, one at a time, kept when they raise the metric:
-   ``equalization``, ``bias_correction``, ``adaround_iterations`` (a key the config does not
-   know is skipped; they cost no latency);
-3. while the target is not met: ``auto_int16`` at its defaults and with a larger budget;
-4. while it is not met, *borders* (:meth:`Tuner._border_moves`): every quantized tensor a
+   ``equalization``, ``bias_correction`` (a key the config does not know is skipped; they
+   cost no latency);
+3. while the target is not met, the *int16 budget* (:meth:`Tuner._stage_budget`): int16 on
+   the layers losing most SQNR per predicted second (:meth:`Tuner._int16_prices`), as many as
+   the estimate fits in the latency limit; then, while it is not met, ``adaround_iterations``
+   (:data:`LATE_PASSES`: minutes per try on a large model) kept when it raises the metric;
+4. while it is not met: ``auto_int16`` at its defaults and with a larger budget;
+5. while it is not met, *borders* (:meth:`Tuner._border_moves`): every quantized tensor a
    numerically sensitive float op reads (:data:`SENSITIVE_OPS`: Log, Div, Sqrt, Pow, ...)
    kept fp32 jointly with int16 on the quantized region upstream of it (back to the previous
    sensitive op or graph input), all borders at once, then each on its own;
-5. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
+6. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
    :meth:`Tuner._prefixes`), by the SQNR each loses (``analysis.layer_rows``) or, where the
    numpy evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts;
-6. once met: layer entries dropped again, one at a time, while the target still holds.
+7. once met: layer entries dropped again, one at a time, while the target still holds.
+
+AdaRound codes are cached per layer across candidates (``quantization.adaround.code_cache``).
 
 Statistics: one calibration per set of pass settings that needs its own (a pass that changes
 the float graph, or whose quantizer reads statistics the base calibration lacks), each in
@@ -56,6 +62,8 @@ PASSES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
     ("adaround_iterations", (200,)),
 )
 PASS_OFF = {"equalization": False, "bias_correction": "none", "adaround_iterations": 0}
+# tried after the int16 budget: an optimisation per layer, minutes per try on a large model
+LATE_PASSES = ("adaround_iterations",)
 # Assumed host throughput for layers a candidate keeps in fp32 (they leave the NPU and run on
 # the CPU): 50 G multiply-adds/s, a few AVX-512 cores in float32.  Only the layers the
 # candidate moves off the NPU are charged; ops every candidate leaves on the CPU are not.
@@ -194,7 +202,7 @@ class Tuner:
     def __init__(self, conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
                  max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
                  calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-                 passes: Optional[Sequence[str]] = None, borders: bool = True) -> None:
+                 passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> None:
         from .calibration.progress import Progress
         from .config import ConfigError
         for name, value, ok, expected in (
@@ -211,6 +219,7 @@ class Tuner:
         self.ratio, self.max_evals, self.time_budget_s = float(max_latency_ratio), int(max_evals), time_budget_s
         self.calibration_data = data if calibration_data is None else calibration_data
         self.borders = bool(borders)
+        self.int16_budget = bool(int16_budget)
         self.batch_size = batch_size
         self.root = os.path.join(str(conv.config["output_dir"]), "tune")
         self.start = time.monotonic()
@@ -223,6 +232,7 @@ class Tuner:
             raise ConfigError(f"tune: unknown passes {sorted(unknown)}; known: {[k for k, _ in PASSES]}")
         self.known_passes = [(k, v) for k, v in PASSES if k in _config_keys() and (passes is None or k in passes)]
         self.evals = 0
+        self.adaround_codes: Dict[str, np.ndarray] = {}   # quantization.adaround.code_cache
         self.baseline: Optional[Point] = None
         self.bar = Progress(self.max_evals, "tune", unit="candidates", enabled=progress)
 
@@ -315,13 +325,24 @@ class Tuner:
         t0 = time.monotonic()
         from .compiler import compile_graph
         from .profile import profile
+        from .quantization.adaround import code_cache
         from .quantization.layerwalk import time_limit
         from .quantization.thresholds import KLDDegenerateWarning
         deadline = None if self.time_budget_s is None or self.baseline is None else self.start + self.time_budget_s
+        cheap = _without_data_passes(settings, self.known_passes)
         try:
             conv, _ = self._candidate(settings)
-            with warnings.catch_warnings(), time_limit(deadline):   # a search tries kld on every tensor: no warning per try
+            # a search tries kld on every tensor: no warning per try; AdaRound codes shared
+            # by candidates with the same configuration upstream of a layer
+            with warnings.catch_warnings(), time_limit(deadline), code_cache(self.adaround_codes):
                 warnings.simplefilter("ignore", KLDDegenerateWarning)
+                if self.baseline is not None and cheap != settings:
+                    # priced before the data-driven passes run: they change codes, not dtypes
+                    latency = self._latency(*self._candidate(cheap))
+                    if latency is not None and self._over(latency):
+                        point = Point(label, settings, None, latency, False, time.monotonic() - t0,
+                                      f"over {self.ratio:g} x all-int8 latency: not run (priced without the data-driven passes)")
+                        return self._record(key, point)
                 qgraph = conv.quantized_ir()
         except TimeLimitExceeded as e:   # a data-driven pass outran time_budget_s
             raise _Budget(f"stopped at time_budget_s={self.time_budget_s:g} ({e}, trying {label})") from None
@@ -337,7 +358,7 @@ class Tuner:
             return self._record(key, point)
         latency = prof.latency_s + self._host_seconds(qgraph, conv.config)
         fits = all(e.latency.fits_sram for e in prof.engines)
-        over = self.baseline is not None and latency > self.ratio * self.baseline.latency_s * (1 + 1e-9)
+        over = self._over(latency)
         metric, note = None, ""
         if over:
             note = f"over {self.ratio:g} x all-int8 latency: not run"
@@ -349,6 +370,21 @@ class Tuner:
         digest = hashlib.sha256(b"".join(n.attrs["engine"] for n in compiled.nodes if n.op == "Engine"))
         point = Point(label, settings, metric, latency, fits, time.monotonic() - t0, note, digest.hexdigest())
         return self._record(key, point)
+
+    def _over(self, latency: float) -> bool:
+        return self.baseline is not None and latency > self.ratio * self.baseline.latency_s * (1 + 1e-9)
+
+    def _latency(self, conv, out) -> Optional[float]:
+        """Predicted latency of ``conv``'s quantized model (engines + host fp32 layers); None
+        when it has no engine."""
+        from .compiler import compile_graph
+        from .profile import profile
+        qgraph = conv.quantized_ir()
+        try:
+            prof = profile(compile_graph(qgraph, conv.config, conv.device_info), 1, conv.device_info or None)
+        except ValueError:
+            return None
+        return prof.latency_s + self._host_seconds(qgraph, conv.config)
 
     def _record(self, key: str, point: Point) -> Point:
         self.seen[key] = point
@@ -410,8 +446,8 @@ class Tuner:
                 found = p
         return found
 
-    def _stage_passes(self, best: Point) -> Point:
-        for key, values in self.known_passes:
+    def _stage_passes(self, best: Point, keys: Sequence[str]) -> Point:
+        for key, values in [(k, v) for k, v in self.known_passes if k in keys]:
             found = best
             for value in values:
                 s = dict(best.settings, **{key: value})
@@ -504,11 +540,15 @@ class Tuner:
                     break
         return step if self._meets(step) or self._better(step, found) else found
 
-    def _ranked_layers(self, best: Point) -> List[Tuple[str, List[Dict[str, str]], List[Dict[str, str]]]]:
+    def _ranked_layers(self, best: Point, prices: Optional[Mapping[str, float]] = None
+                       ) -> List[Tuple[str, List[Dict[str, str]], List[Dict[str, str]]]]:
         """(layer, int16 entries, fp32 entries) of every 8-bit layer (and quantized graph
         input), least precise first: by the SQNR the layer loses on the first batch
-        (``analysis.layer_rows``, per-channel), or, when the numpy evaluator cannot run the
-        graph, by the 8-bit SQNR its histogram predicts (``thresholds.sqnr_db``)."""
+        (``analysis.layer_rows``, per-channel; measured without the data-driven passes, which
+        would run again for the ranking alone), or, when the numpy evaluator cannot run the
+        graph, by the 8-bit SQNR its histogram predicts (``thresholds.sqnr_db``).  With
+        ``prices`` (anchor tensor -> predicted seconds of it in int16, :meth:`_int16_prices`):
+        by SQNR loss per predicted second instead (measured losses only)."""
         from .analysis import layer_rows
         from .calibration.stats import load_statistics
         from .ir import arith
@@ -516,7 +556,7 @@ class Tuner:
         from .quantization.policy import is_scale_preserving, make_plan
         from .quantization.quantizer import quantize
         from .quantization.thresholds import sqnr_db
-        conv, out = self._candidate(best.settings)
+        conv, out = self._candidate(_without_data_passes(best.settings, self.known_passes))
         graph = conv.graph
         plan = make_plan(graph, conv.config)
         quantized = set(plan.quantized_nodes)
@@ -539,9 +579,11 @@ class Tuner:
 
         scored = []
         try:
+            floor = min([v for v in (prices or {}).values() if v > 0] or [1.0])
             for row in layer_rows(conv, self.batches[0][0]):
                 if row.dtype in ("int8", "uint8"):
-                    scored.append((-row.sqnr_drop_db, row.tensor))
+                    per = 1.0 if prices is None else max(prices.get(row.tensor, 0.0), floor)
+                    scored.append((-row.sqnr_drop_db / per, row.tensor))
         except EvaluationError:
             stats = load_statistics(out)
             qgraph = quantize(graph, stats, conv.config)
@@ -557,6 +599,62 @@ class Tuner:
                 ranked.append(option)
         return ranked
 
+    def _int16_prices(self, best: Point) -> Dict[str, float]:
+        """Anchor tensor -> predicted extra seconds of one inference with that 8-bit tensor in
+        int16 alone: per engine instruction writing or reading it, the cost model's cycles
+        (``layer_cycles``, one core) with its bytes doubled and its product int16 x int8,
+        minus its cycles now; scaled by the all-int8 latency over the summed cycles of the
+        all-int8 model (the cores' split); an estimate for ranking, the candidates are priced in
+        full."""
+        from .compiler import compile_graph
+        from .npu.costmodel import layer_cycles
+        from .npu.costs import instruction_layer_cost
+        from .npu.engine import Engine
+        from .proto import engine_pb2
+        conv, _ = self._candidate(_without_data_passes(best.settings, self.known_passes))
+        compiled = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
+        extra: Dict[str, float] = {}
+        total = 0.0
+        for node in compiled.nodes:
+            if node.op != "Engine":
+                continue
+            engine = Engine.from_bytes(node.attrs["engine"])
+            tensors = engine.proto.tensors
+            for ins in engine.instructions:
+                cost = instruction_layer_cost(engine, ins)
+                now = layer_cycles(cost)[0]
+                total += now
+                for slot, ids in (("in", ins.inputs), ("out", ins.outputs)):
+                    for i in ids:
+                        t = tensors[i]
+                        if t.dtype == engine_pb2.INT16:
+                            continue
+                        size = float(np.prod(t.shape[1:], dtype=np.int64))
+                        wide = (dataclasses.replace(cost, bits=16, in_bytes=cost.in_bytes + size) if slot == "in"
+                                else dataclasses.replace(cost, out_bytes=cost.out_bytes + size))
+                        extra[t.name] = extra.get(t.name, 0.0) + layer_cycles(wide)[0] - now
+        scale = self.baseline.latency_s / total if total > 0 else 0.0
+        return {t: c * scale for t, c in extra.items()}
+
+    def _stage_budget(self, best: Point) -> Point:
+        """int16 on the layers that lose the most SQNR per predicted second
+        (:meth:`_int16_prices`), as many as the estimate fits in the latency limit, judged
+        at that count first (then more or fewer as :meth:`_prefixes` bisects)."""
+        prices = self._int16_prices(best)
+        ranked = [r for r in self._ranked_layers(best, prices) if r[1]]
+        room = self.ratio * self.baseline.latency_s - best.latency_s
+        anchors = _anchor_tensors(self.conv.graph)
+        k, spent = 0, 0.0
+        for _, entries, _ in ranked:
+            cost = sum(prices.get(anchors.get(e["layer_name"], e["layer_name"]), 0.0) for e in entries)
+            if spent + cost > room:
+                break
+            spent, k = spent + cost, k + 1
+        if k == 0:
+            return best
+        sizes = [k] + ([min(2 * k, len(ranked))] if k < len(ranked) else [])
+        return self._prefixes(best, ranked, 1, "int16", sizes=sizes, label="per predicted us")
+
     def _stage_layers(self, best: Point) -> Point:
         ranked = self._ranked_layers(best)
         start = best
@@ -567,10 +665,12 @@ class Tuner:
             best = p if self._meets(p) or self._better(p, best) else best
         return best
 
-    def _prefixes(self, best: Point, options, kind: int, dtype: str) -> Point:
+    def _prefixes(self, best: Point, options, kind: int, dtype: str, sizes: Optional[Sequence[int]] = None,
+                  label: str = "") -> Point:
         """``dtype`` on the first k of ``options`` (least precise first) on top of ``best``,
-        k = 1, 2, 4, ... all; bisected down to the fewest layers that meet the target, or up to
-        the most that stay within the latency limit.  Returns the best point found."""
+        k = ``sizes`` (default 1, 2, 4, ... all); bisected down to the fewest layers that meet
+        the target, or up to the most that stay within the latency limit.  Returns the best
+        point found."""
         current = {e["layer_name"]: e for e in best.settings["layer_configs"][len(self.user_layers):]}
         method = best.settings["quantize_algorithm"]
 
@@ -580,9 +680,11 @@ class Tuner:
                 entries.pop(option[0], None)
                 entries.update((e["layer_name"], e) for e in option[kind])
             settings = dict(best.settings, layer_configs=self.user_layers + list(entries.values()))
-            return self.evaluate(f"{method} + {dtype} on the {k} least precise layer(s)", settings)
+            return self.evaluate(f"{method} + {dtype} on the {k} least precise layer(s){' ' + label if label else ''}",
+                                 settings)
 
-        sizes = sorted({min(2 ** i, len(options)) for i in range(len(options).bit_length() + 1)} - {0})
+        if sizes is None:
+            sizes = sorted({min(2 ** i, len(options)) for i in range(len(options).bit_length() + 1)} - {0})
         found, below = best, 0
         for k in sizes:
             p = trial(k)
@@ -628,7 +730,11 @@ class Tuner:
         try:
             try:
                 best = self._stage_methods()
-                best = self._stage_passes(best)
+                best = self._stage_passes(best, [k for k, _ in PASSES if k not in LATE_PASSES])
+                if not self._meets(best) and self.int16_budget:
+                    best = self._stage_budget(best)
+                if not self._meets(best):
+                    best = self._stage_passes(best, LATE_PASSES)
                 if not self._meets(best):
                     best = self._stage_auto_int16(best)
                 if not self._meets(best) and self.borders:
@@ -665,10 +771,10 @@ class Tuner:
 def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
          max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
          calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-         passes: Optional[Sequence[str]] = None, borders: bool = True) -> TuneResult:
+         passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> TuneResult:
     """See :meth:`ratelnn.convert.ConvertImpl.tune`."""
     return Tuner(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                 calibration_data, batch_size, progress, passes, borders).run()
+                 calibration_data, batch_size, progress, passes, borders, int16_budget).run()
 
 
 # ------------------------------------------------------------------ helpers
@@ -681,6 +787,17 @@ def _sensitive(node) -> bool:
     """Whether ``node`` is a float op of :data:`SENSITIVE_OPS` (Opaque: by its framework type)."""
     kind = node.attrs.get("type") if node.op == "Opaque" else node.op
     return str(kind).lower() in SENSITIVE_OPS
+
+
+def _without_data_passes(settings: Mapping[str, Any], known) -> Dict[str, Any]:
+    """``settings`` with the passes that fit on data (bias correction, AdaRound) off."""
+    off = {k: PASS_OFF[k] for k, _ in known if k in ("bias_correction", "adaround_iterations")}
+    return dict(settings, **off)
+
+
+def _anchor_tensors(graph) -> Dict[str, str]:
+    """layer_configs name -> the tensor it sets: a node's first output (a graph input: itself)."""
+    return {n.name: n.outputs[0] for n in graph.nodes if n.outputs}
 
 
 def _slug(name: str) -> str:

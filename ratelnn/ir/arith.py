@@ -14,10 +14,17 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
-    """Exact round-half-away-from-zero (C's ``roundf``): no ``v + 0.5`` double rounding."""
-    t = np.trunc(v)
-    frac = v - t  # exact in float32
-    return t + np.where(np.abs(frac) >= 0.5, np.sign(v), 0).astype(v.dtype)
+    """Exact round-half-away-from-zero (C's ``roundf``): no ``v + 0.5`` double rounding.
+    Nearest (``rint``), then the exact ties ``k + 0.5`` moved away from zero (``v ± 0.5`` is
+    exact there); zeros are +0.0."""
+    v = np.asarray(v)
+    flat = v.reshape(-1)
+    r = np.rint(flat)
+    half = r.dtype.type(0.5)
+    with np.errstate(invalid="ignore"):
+        ties = np.flatnonzero(np.abs(flat - r) == half)   # exact: r is within 0.5 of v
+    r[ties] = flat[ties] + np.copysign(half, flat[ties])
+    return np.add(r, r.dtype.type(0), out=r).reshape(v.shape)[()]
 
 
 ROUNDERS = {
@@ -59,10 +66,11 @@ def quantize(x: np.ndarray, scale: Scale, dtype: str = "int8", axis: Optional[in
         v = (x / s).astype(np.float32)
         r = ROUNDERS[round_mode](v).astype(np.float32)
     lo, hi = QRANGE[dtype]
-    r = np.where(np.isnan(r), np.float32(0), r)
-    # clip in float64 so that int32 limits are exact
-    r = np.clip(r.astype(np.float64), lo, hi)
-    return r.astype(dtype)
+    if dtype == "int32" or np.ndim(r) == 0:   # clip in float64 so that int32 limits are exact
+        r = np.where(np.isnan(r), np.float32(0), r)
+        return np.clip(r.astype(np.float64), lo, hi).astype(dtype)
+    r[np.isnan(r)] = 0
+    return np.clip(r, lo, hi, out=r).astype(dtype)   # 8/16-bit limits are exact in float32
 
 
 def dequantize(q: np.ndarray, scale: Scale, axis: Optional[int] = None) -> np.ndarray:

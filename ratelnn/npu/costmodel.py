@@ -9,8 +9,9 @@ Per layer on one core, for ``b`` inferences::
     cycles = overhead + max(compute, sram, stream) + sync
 
 * ``compute``: tensor unit (conv, depthwise, fc, matmul) = MACs / (peak MACs/cycle x
-  utilisation), utilisation = how well (pixels, kh*kw*Cin, Cout) fill the array tiles; int16
-  runs at 1/``int16_slowdown`` of the int8 rate.  Vector unit (eltwise, pool, lut, softmax) =
+  utilisation), utilisation = how well (pixels, kh*kw*Cin, Cout) fill the array tiles; an
+  int16 x int16 product runs at 1/``int16_slowdown`` of the int8 rate, int16 x int8 (one
+  16-bit operand) at 1/sqrt(``int16_slowdown``) (docs/cost-model.md).  Vector unit (eltwise, pool, lut, softmax) =
   element ops / ops per cycle.  Memory unit (concat, move): no compute.
 * ``sram``: activations in+out (x b) plus weights (once per batch) over the SRAM bandwidth.
 * ``stream``: weights that are not resident come over the host link once per batch round
@@ -73,7 +74,9 @@ class LayerCost:
     ``weight_bytes``: constants (weights, biases, tables).  ``in_bytes``/``out_bytes``:
     activations read/written per inference.  ``live_bytes``: other activations that must stay
     in SRAM while this layer runs (e.g. a residual shortcut).  ``kernel_area`` = kh*kw;
-    ``out_pixels`` = Ho*Wo per inference (1 for fc).  ``bits``: 8 or 16 (operand width).
+    ``out_pixels`` = Ho*Wo per inference (1 for fc).  ``bits``: 8 or 16 (operand width: the
+    activations'); ``weight_bits``: the weights' (8 or 16; None: ``bits``).  Tensor kinds run
+    at 1/``int16_slowdown`` of the int8 rate for a 16 x 16 product, 1/sqrt of it for 16 x 8.
     """
 
     kind: str
@@ -88,6 +91,7 @@ class LayerCost:
     out_pixels: int = 1
     live_bytes: float = 0.0
     name: str = ""
+    weight_bits: Optional[int] = None
     _row: tuple = field(init=False, repr=False, compare=False)   # this layer's LayerTable columns
 
     def __post_init__(self) -> None:
@@ -96,6 +100,9 @@ class LayerCost:
             raise CostModelError(f"layer {label!r}: unknown kind {self.kind!r}; known: {sorted(_UNIT_OF_KIND)}")
         if self.bits not in (8, 16):
             raise CostModelError(f"layer {label!r}: bits must be 8 or 16, got {self.bits!r}")
+        if self.weight_bits not in (None, 8, 16):
+            raise CostModelError(f"layer {label!r}: weight_bits must be None, 8 or 16, got {self.weight_bits!r}")
+        wide = (self.bits == 16) + ((self.bits if self.weight_bits is None else self.weight_bits) == 16)
         for attr in ("macs", "weight_bytes", "in_bytes", "out_bytes", "in_channels", "out_channels",
                      "kernel_area", "out_pixels", "live_bytes"):
             value = getattr(self, attr)
@@ -103,7 +110,7 @@ class LayerCost:
                 raise CostModelError(f"layer {label!r}: {attr} must be a finite number >= 0, got {value!r}")
         reduce = self.kernel_area * (1 if self.kind == "depthwise" else self.in_channels)
         object.__setattr__(self, "_row", (_UNIT_OF_KIND[self.kind], self.macs, self.weight_bytes, self.in_bytes,
-                                          self.out_bytes, self.live_bytes, self.bits == 16, reduce,
+                                          self.out_bytes, self.live_bytes, wide / 2.0, reduce,
                                           self.out_channels, self.out_pixels))
 
 
@@ -121,7 +128,8 @@ class LayerTable:
         self.input_bytes = float(layers[0].in_bytes if input_bytes is None else input_bytes)
         self.output_bytes = float(layers[-1].out_bytes if output_bytes is None else output_bytes)
         self._cache: Dict[Any, Any] = {}   # per (core, split, params) precomputed arrays
-        (unit, self.macs, self.weight_bytes, self.in_bytes, self.out_bytes, live, self.is_int16,
+        # wide: the 16-bit share of a product's operands (0, 0.5: int16 x int8, 1: int16 x int16)
+        (unit, self.macs, self.weight_bytes, self.in_bytes, self.out_bytes, live, self.wide,
          self.reduce, self.out_channels, self.pixels) = self.columns
         self.is_tensor = unit == 0
         self.is_vector = unit == 1
@@ -190,7 +198,7 @@ class _PerInference:
     def __init__(self, t: LayerTable, core, n_split: int, params: CostParams) -> None:
         n_core = np.ceil(t.out_channels / n_split)
         share = np.where(t.out_channels > 0, n_core / np.maximum(t.out_channels, 1.0), 1.0 / n_split)
-        rate = core.macs_per_cycle / (1.0 + t.is_int16 * (core.int16_slowdown - 1.0))
+        rate = core.macs_per_cycle / core.int16_slowdown ** t.wide   # 16x8: 2 of 4 8x8 products
         util = _fill(t.reduce, core.tile_reduce) * _fill(n_core, core.tile_out_channels)
         self.tensor = np.where(t.is_tensor, t.macs * share / (rate * util), 0.0)
         self.vector = np.where(t.is_vector, t.macs / n_split / core.vector_ops_per_cycle, 0.0)

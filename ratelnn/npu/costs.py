@@ -32,13 +32,18 @@ def instruction_layer_cost(engine, instr) -> LayerCost:
     Kinds: CONV2D -> ``conv`` (``depthwise`` when every group has one input channel),
     FULLY_CONNECTED -> ``fc``, ADD/SUB/MUL/REQUANT -> ``eltwise``, pools and MEAN -> ``pool``,
     LUT -> ``lut``, SOFTMAX -> ``softmax``, CONCAT -> ``concat``, PAD/RESHAPE/TRANSPOSE ->
-    ``move``.  ``bits`` is 16 when an activation or weight operand is 16-bit."""
+    ``move``.  ``bits`` is 16 when an activation operand is 16-bit (else when a constant
+    is); CONV2D/FC also give ``weight_bits`` (their weights' width), so an int16 x int8
+    product is priced as one (docs/cost-model.md)."""
     proto = getattr(engine, "proto", engine)
     tensors, consts = proto.tensors, proto.constants
     ins = [tensors[i] for i in instr.inputs]
     out = tensors[instr.outputs[0]]
     operands = ins + [consts[c] for c in instr.consts[:1]]
     bits = 16 if any(DTYPES[t.dtype].itemsize == 2 for t in operands) else 8
+    if instr.opcode in (pb.CONV2D, pb.FULLY_CONNECTED):
+        bits = 16 if any(DTYPES[t.dtype].itemsize == 2 for t in ins) else 8
+        weights = DTYPES[consts[instr.consts[0]].dtype].itemsize * 8
     common = dict(weight_bytes=float(sum(len(consts[c].data) for c in instr.consts)),
                   in_bytes=sum(_sample_bytes(t) for t in ins), out_bytes=_sample_bytes(out),
                   bits=bits, name=instr.name)
@@ -50,10 +55,10 @@ def instruction_layer_cost(engine, instr) -> LayerCost:
         groups = max(int(instr.attrs.groups), 1)
         kind = "depthwise" if cg == 1 and groups > 1 else "conv"
         return LayerCost(kind, macs=float(oh * ow * cout * kh * kw * cg), in_channels=cg, out_channels=cout,
-                         kernel_area=kh * kw, out_pixels=oh * ow, **common)
+                         kernel_area=kh * kw, out_pixels=oh * ow, weight_bits=weights, **common)
     if op == pb.FULLY_CONNECTED:
         k, m = (int(d) for d in consts[instr.consts[0]].shape)
-        return LayerCost("fc", macs=float(k * m), in_channels=k, out_channels=m, **common)
+        return LayerCost("fc", macs=float(k * m), in_channels=k, out_channels=m, weight_bits=weights, **common)
     if op in (pb.ADD, pb.SUB, pb.MUL, pb.REQUANT):
         return LayerCost("eltwise", macs=out_elems, **common)
     if op in (pb.MAX_POOL, pb.AVG_POOL):

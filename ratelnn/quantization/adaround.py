@@ -14,10 +14,19 @@ its round-to-nearest codes when AdaRound does not lower that loss on the sample.
 
 Only integer weight codes change (scales, dtypes, the engine format are untouched); codes stay
 in [-qmax, qmax].
+
+Within :func:`code_cache` (``tune`` opens one per search), a layer's codes are looked up by a
+digest of everything they depend on (the normal equations, the float weights, the scales,
+``qmax``, the iterations) before they are optimised: candidates that share the configuration
+upstream of a layer share its codes, the same codes the optimisation would give again
+(docs/architecture.md §12).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Tuple
+import contextlib
+import contextvars
+import hashlib
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -31,6 +40,30 @@ BETA_START, BETA_END = 20.0, 2.0
 WARMUP = 0.2                     # fraction of the steps without the regulariser
 LEARNING_RATE = 0.02
 ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
+
+# digest -> codes [g, K, cout_g] (float64), or None: no cache; set by code_cache()
+_CODES: contextvars.ContextVar[Optional[Dict[str, np.ndarray]]] = contextvars.ContextVar("adaround_codes", default=None)
+
+
+@contextlib.contextmanager
+def code_cache(store: Optional[Dict[str, np.ndarray]]) -> Iterator[Dict[str, np.ndarray]]:
+    """Within the block, AdaRound reads and fills ``store`` (digest -> codes; None: a new
+    dict), yielded; see the module docstring."""
+    store = {} if store is None else store
+    token = _CODES.set(store)
+    try:
+        yield store
+    finally:
+        _CODES.reset(token)
+
+
+def _digest(*arrays, extra: tuple = ()) -> str:
+    h = hashlib.sha256(repr(extra).encode())
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- layer as a matrix product
@@ -162,7 +195,13 @@ def adaround_layer(qgraph: Graph, layer: Layer, iterations: int) -> tuple:
     else:
         scale = np.float64(qp.scale)
     nearest = _as_groups(layer, qgraph.params[name].astype(np.float64))
-    codes = adaround_codes(_as_groups(layer, w_f), scale, arith.qmax_of(qp.dtype), xtx, xtt, rows, iterations)
+    wg, qmax, store = _as_groups(layer, w_f), arith.qmax_of(qp.dtype), _CODES.get()
+    key = None if store is None else _digest(xtx, xtt, wg, scale, extra=(qmax, rows, iterations))
+    codes = None if key is None else store.get(key)
+    if codes is None:
+        codes = adaround_codes(wg, scale, qmax, xtx, xtt, rows, iterations)
+        if key is not None:
+            store[key] = codes
     if _loss(scale * codes, xtx, xtt, ttt, rows) < _loss(scale * nearest, xtx, xtt, ttt, rows):
         qgraph.params[name] = _from_groups(layer, codes, shape).astype(qgraph.params[name].dtype)
     return dequantized(qgraph, name), None

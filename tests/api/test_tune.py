@@ -119,6 +119,20 @@ def test_config_reproduces_without_recalibrating(run, request):
     assert float(q @ f / (np.linalg.norm(q) * np.linalg.norm(f))) == pytest.approx(r.metric, abs=1e-12)
 
 
+def test_int16_budget_stage_meets_the_target_right_after_the_methods(tuned_without_passes, tmp_path):
+    """Without passes, the first move after the four methods is int16 on the layers losing most
+    SQNR per predicted microsecond, as many as the latency estimate allows; here it meets the
+    target, so auto_int16 is never tried.  int16_budget=False takes the auto_int16 path."""
+    graph_def, data, _, r = tuned_without_passes
+    budget = [p for p in r.history if p.label.endswith("per predicted us")]
+    assert budget and r.history.index(budget[0]) == 4
+    assert any(p.metric >= 0.99 and p.latency_s <= 1.3 * r.baseline_latency_s for p in budget)
+    assert not any("auto_int16" in p.label for p in r.history)
+    off = converter(graph_def, _config(tmp_path)).tune(data, target=0.99, progress=False, passes=(), int16_budget=False)
+    assert off.met and not any(p.label.endswith("per predicted us") for p in off.history)
+    assert any("auto_int16" in p.label for p in off.history)
+
+
 def test_budget_stops_with_best_found(tuned, tmp_path):
     graph_def, data = tuned[0], tuned[1]
     r = converter(graph_def, _config(tmp_path)).tune(data, target=0.99, max_evals=2, progress=False)

@@ -192,6 +192,7 @@ def test_instruction_costs_follow_the_instruction(tmp_path):
     assert cost.kind == "depthwise" and cost.name == "y"
     assert cost.macs == 4 * 4 * 8 * 9 * 1 and cost.out_pixels == 16 and cost.kernel_area == 9
     assert cost.in_bytes == 7 * 7 * 4 and cost.out_bytes == 4 * 4 * 8
+    assert cost.bits == 8 and cost.weight_bits == 8
 
 
 def test_unlowerable_ops_stay_float(tmp_path):

@@ -72,6 +72,11 @@ def test_int16_and_depthwise_cost_more_per_mac():
     int16, _ = cm.layer_cycles(conv(20.0, bits=16), batch=4)
     overhead = cm.DEFAULT_PARAMS.layer_overhead_cycles
     assert (int16 - overhead) == pytest.approx(4 * (int8 - overhead), rel=0.05)
+    # int16 activations x int8 weights: 2 of the 4 int8 products of a 16 x 16 one
+    mixed, _ = cm.layer_cycles(dataclasses.replace(conv(20.0, bits=16), weight_bits=8), batch=4)
+    assert (mixed - overhead) == pytest.approx(2 * (int8 - overhead), rel=0.05)
+    with pytest.raises(cm.CostModelError, match="weight_bits"):
+        cm.LayerCost("conv", 1.0, weight_bits=4)
     dense = cm.LayerCost("conv", 1e9, in_channels=64, out_channels=64, kernel_area=9, out_pixels=3136)
     depthwise = cm.LayerCost("depthwise", 1e9, in_channels=64, out_channels=64, kernel_area=9, out_pixels=3136)
     assert cm.layer_cycles(depthwise)[0] > 5 * cm.layer_cycles(dense)[0]

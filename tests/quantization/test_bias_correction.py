@@ -7,7 +7,8 @@ from helpers.ir_graphs import add_node, conv_attrs, evaluated_stats
 from ratelnn.ir import Graph
 from ratelnn.ir.evaluate import evaluate
 from ratelnn.ir.passes import BN_STATS, run_default_passes
-from ratelnn.quantization.adaround import adaround
+from ratelnn.quantization import adaround as adaround_module
+from ratelnn.quantization.adaround import adaround, code_cache
 from ratelnn.quantization.bias_correction import correct_biases, correct_biases_analytic
 from ratelnn.errors import TimeLimitExceeded
 from ratelnn.quantization.emit import emit_qdq
@@ -122,6 +123,36 @@ def test_adaround_lowers_the_layer_error_and_keeps_codes_in_range():
     assert mse(tuned, sample["x"]) < 0.95 * mse(q, sample["x"])
     held_out = _data(64, 21)
     assert mse(tuned, held_out) < mse(q, held_out)
+
+
+def test_adaround_code_cache_gives_the_codes_without_caching(monkeypatch):
+    """Within code_cache, a layer whose inputs are unchanged reuses its codes (no new
+    optimisation), and the result equals an uncached run; a changed upstream layer (conv1's
+    output in int16 here) changes conv2's input, so conv2 is optimised again."""
+    g = _graph()
+    stats = _stats(g)
+    q = quantize(g, stats, CONFIG)
+    sample = {"x": _data(64, 22)}
+    config = dict(CONFIG, adaround_iterations=100)
+    plain = adaround(g, q.copy(), config, sample)
+    calls = []
+    real = adaround_module.adaround_codes
+    monkeypatch.setattr(adaround_module, "adaround_codes", lambda *a: calls.append(1) or real(*a))
+    with code_cache(None) as store:
+        first = adaround(g, q.copy(), config, sample)
+        assert len(calls) == len(store) == 2
+        again = adaround(g, q.copy(), config, sample)
+        assert len(calls) == 2   # both layers from the cache
+        wide = dict(config, layer_configs=[{"layer_name": "conv1", "data_type": "int16"}])
+        q16 = quantize(g, stats, wide)
+        mixed = adaround(g, q16.copy(), wide, sample)
+        assert len(calls) == 3   # conv1's input is the same, conv2's is not
+    uncached = adaround(g, q16.copy(), wide, sample)
+    for k in q.params:
+        np.testing.assert_array_equal(first.params[k], plain.params[k])
+        np.testing.assert_array_equal(again.params[k], plain.params[k])
+    for k in q16.params:
+        np.testing.assert_array_equal(mixed.params[k], uncached.params[k])
 
 
 def test_passes_lowering_the_held_out_cosine_are_not_applied():

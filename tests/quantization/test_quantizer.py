@@ -373,3 +373,35 @@ def test_border_tensor_of_float_op(tmp_path):
     ref = evaluate(g, feeds)
     np.testing.assert_allclose(out["e"], ref["e"], rtol=0.02)
     assert out["e"].tolist() != ref["e"].tolist()
+
+
+def test_round_half_away_and_quantize_match_their_definitions():
+    """arith's rint-and-fix-ties rounding equals the definition (truncate, then away from
+    zero when the dropped fraction is at least one half) value for value, sign of zero
+    included; quantize equals round, NaN to 0, clamp in float64."""
+    rng = np.random.default_rng(3)
+    with np.errstate(invalid="ignore"):   # inf - inf in the definitions below
+        _check_rounding(rng)
+
+
+def _check_rounding(rng):
+    for dtype in (np.float32, np.float64):
+        v = (rng.standard_normal(50_000) * 300).astype(dtype)
+        v[:25_000] = np.round(v[:25_000] * 2) / 2          # exact ties k + 0.5
+        v[:12] = [np.nan, np.inf, -np.inf, 0.0, -0.0, -0.3, 0.5, -0.5, 2.5, -2.5, 0.49999997, 8388607.5]
+        t = np.trunc(v)
+        want = t + np.where(np.abs(v - t) >= 0.5, np.sign(v), 0).astype(dtype)
+        got = arith.ROUNDERS["half_away_from_zero"](v)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
+    x = (rng.standard_normal((4, 9, 7)) * 200).astype(np.float32)
+    x[0, 0, :4] = [np.nan, np.inf, -np.inf, 63.5]
+    for dtype in ("int8", "uint8", "int16", "int32"):
+        lo, hi = arith.QRANGE[dtype]
+        v = (x / np.float32(0.5)).astype(np.float32)
+        t = np.trunc(v)
+        r = (t + np.where(np.abs(v - t) >= 0.5, np.sign(v), 0)).astype(np.float32)
+        want = np.clip(np.where(np.isnan(r), 0, r).astype(np.float64), lo, hi).astype(dtype)
+        np.testing.assert_array_equal(arith.quantize(x, 0.5, dtype), want)
+        assert arith.quantize(np.float32(300.2), 0.5, dtype) == want.dtype.type(min(max(600, lo), hi))
