@@ -335,13 +335,27 @@ def textgenrnn_vocab() -> dict:
         return json.load(f)
 
 
+def cudnn_lstm_weights(kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray) -> list:
+    """Keras 2 ``CuDNNLSTM`` weights -> Keras ``LSTM`` weights ``[kernel [in, 4u], recurrent
+    [u, 4u], bias [4u]]`` (gates i, f, c, o in both).  ``CuDNNLSTM`` hands each gate's block of
+    its variables to cuDNN flattened as is, and cuDNN reads that memory as a row-major [u, in]
+    matrix: the block means ``block.reshape(u, in).T`` for the input kernel and ``block.T`` for
+    the recurrent one; the input and recurrent biases [8u] are summed.  (Keras 2 converted
+    these on loading into an ``LSTM``; loading them unconverted gives a model that runs but
+    predicts at chance.)"""
+    units = recurrent.shape[0]
+    return [np.hstack([g.reshape(units, -1).T for g in np.hsplit(kernel, 4)]),
+            np.hstack([g.T for g in np.hsplit(recurrent, 4)]),
+            bias[:4 * units] + bias[4 * units:]]
+
+
 def load_textgenrnn():
     """textgenrnn's pretrained character model rebuilt in Keras 3 from its documented
     architecture (the package's own code needs Keras 2): 40 character ids -> Embedding(465,
     100) -> LSTM(128) -> LSTM(128) (each returning sequences, unrolled) -> concatenate
     [embedding, lstm1, lstm2] -> attention-weighted average over time -> Dense(465,
-    softmax): the next character.  Weights from ``textgenrnn_weights.hdf5`` (Keras 2.1.5
-    CuDNN LSTM layout: the input and recurrent biases are summed)."""
+    softmax): the next character.  Weights from ``textgenrnn_weights.hdf5``, saved by Keras
+    2.1.5's ``CuDNNLSTM``: see :func:`cudnn_lstm_weights` for the conversion."""
     import h5py
     import keras
     from keras import layers, ops
@@ -375,9 +389,7 @@ def load_textgenrnn():
     model = keras.Model(ids, probabilities, name="textgenrnn")
     embedding.set_weights([w["embedding/embedding/embeddings:0"]])
     for k, rnn in ((1, rnn1), (2, rnn2)):
-        bias = w[f"rnn_{k}/rnn_{k}/bias:0"]
-        rnn.set_weights([w[f"rnn_{k}/rnn_{k}/kernel:0"], w[f"rnn_{k}/rnn_{k}/recurrent_kernel:0"],
-                         bias[:512] + bias[512:]])
+        rnn.set_weights(cudnn_lstm_weights(*(w[f"rnn_{k}/rnn_{k}/{n}:0"] for n in ("kernel", "recurrent_kernel", "bias"))))
     attention.set_weights([w["attention/attention/attention_W:0"]])
     dense.set_weights([w["output/output/kernel:0"], w["output/output/bias:0"]])
     return model

@@ -157,10 +157,10 @@ def main() -> int:
             "similarity to the FP32 outputs on the test inputs (lowest over the model's outputs).", "",
             "Notes: SpliceAI's cosine is dominated by its 'neither' channel; on the synthesized DNA "
             "its acceptor/donor probabilities stay below 1/255 and its uint8 softmax output rounds "
-            "them to 0 (cosine 0 on those two channels alone). textgenrnn (unrolled LSTMs) and "
-            "deepbrain (3-D U-Net: Conv3D stays on the CPU, so engines are small islands with a "
-            "quantization border on each side) lose most: the quantized model itself is as far "
-            "from FP32 as the compiled one.", "",
+            "them to 0 (cosine 0 on those two channels alone). deepbrain (3-D U-Net: Conv3D stays "
+            "on the CPU, so engines are small islands with a quantization border on each side) and "
+            "textgenrnn (unrolled LSTMs: the cell state in int8) lose most: the quantized model "
+            "itself is as far from FP32 as the compiled one.", "",
             text, "", "Weight files:", "", weights, "",
             f"Raw (non-ratelnn) exceptions: {len(raw)}."]))
         print("wrote the real_models section of docs/benchmarks.md")

@@ -19,7 +19,10 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
    the layers losing most SQNR per predicted second (:meth:`Tuner._int16_prices`), as many as
    the estimate fits in the latency limit; then, while it is not met, ``adaround_iterations``
    (:data:`LATE_PASSES`: minutes per try on a large model) kept when it raises the metric;
-4. while it is not met: ``auto_int16`` at its defaults and with a larger budget;
+4. while it is not met: ``auto_int16`` at its defaults and with a larger budget; then
+   *recurrences* (:func:`recurrence_layers`): int16 on every quantized Add/Sub/Mul lying on a
+   path of at least :data:`MIN_CHAIN` of them (an unrolled recurrence, such as an LSTM's cell
+   state), kept when it raises the metric;
 5. while it is not met, *borders* (:meth:`Tuner._border_moves`): every quantized tensor a
    numerically sensitive float op reads (:data:`SENSITIVE_OPS`: Log, Div, Sqrt, Pow, ...)
    kept fp32 jointly with int16 on the quantized region upstream of it (back to the previous
@@ -73,6 +76,11 @@ HOST_LAYER_OVERHEAD_S = 2e-6   # assumed per host op (dispatch, a quantization b
 AUTO_INT16 = (("auto_int16", {"auto_int16": True}),
               ("auto_int16 (40 dB, 30%)", {"auto_int16": True, "auto_int16_sqnr_db": 40.0,
                                            "auto_int16_max_fraction": 0.3}))
+# quantized elementwise ops in a row (nothing weighted between them) that make a recurrence:
+# an unrolled LSTM's cell state c_t = f * c_{t-1} + i * g is a chain of 2 per step, and its
+# rounding errors add up along it (TFLite keeps the cell state 16-bit for that reason)
+CHAIN_OPS = frozenset(("Add", "Sub", "Mul"))
+MIN_CHAIN = 8
 MIN_GAIN = 1e-4          # a change is kept when it raises the metric by more than this
 # float ops whose result is sensitive to small absolute errors of their input over a wide
 # dynamic range (stage 4, "borders"): IR op names and the framework types of Opaque nodes,
@@ -446,6 +454,22 @@ class Tuner:
                 found = p
         return found
 
+    def _stage_chains(self, best: Point) -> Point:
+        """int16 on every layer of :func:`recurrence_layers` but the user's, kept when it
+        raises the metric."""
+        from .quantization.policy import make_plan
+        conv, _ = self._candidate(best.settings)
+        fixed = {str(e.get("layer_name")) for e in self.user_layers}
+        names = [n for n in recurrence_layers(conv.graph, make_plan(conv.graph, conv.config).quantized_nodes)
+                 if n not in fixed]
+        if not names:
+            return best
+        entries = {e["layer_name"]: e for e in best.settings["layer_configs"][len(self.user_layers):]}
+        entries.update((n, {"layer_name": n, "data_type": "int16"}) for n in names)
+        settings = dict(best.settings, layer_configs=self.user_layers + list(entries.values()))
+        p = self.evaluate(f"{best.settings['quantize_algorithm']} + int16 on {len(names)} recurrence layers", settings)
+        return p if self._better(p, best) else best
+
     def _stage_passes(self, best: Point, keys: Sequence[str]) -> Point:
         for key, values in [(k, v) for k, v in self.known_passes if k in keys]:
             found = best
@@ -737,6 +761,8 @@ class Tuner:
                     best = self._stage_passes(best, LATE_PASSES)
                 if not self._meets(best):
                     best = self._stage_auto_int16(best)
+                if not self._meets(best):
+                    best = self._stage_chains(best)
                 if not self._meets(best) and self.borders:
                     best = self._stage_borders(best)
                 if not self._meets(best):
@@ -778,6 +804,41 @@ def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.9
 
 
 # ------------------------------------------------------------------ helpers
+def recurrence_layers(graph, quantized: Sequence[str]) -> List[str]:
+    """The ``quantized`` :data:`CHAIN_OPS` nodes of ``graph`` connected (producer to reader,
+    skipping scale-preserving nodes) into a group whose longest path holds at least
+    :data:`MIN_CHAIN` of them, in graph order: an unrolled recurrence, such as an LSTM's cell
+    state (every step's f * c, i * g and their sum)."""
+    from .quantization.policy import activation_inputs, is_scale_preserving
+    quantized = set(quantized)
+    producers = {t: n for n in graph.nodes for t in n.outputs}
+    chain = [n for n in graph.nodes if n.name in quantized and n.op in CHAIN_OPS]
+    preds: Dict[str, List[str]] = {}
+    for node in chain:
+        preds[node.name] = []
+        for t in activation_inputs(graph, node):
+            p = producers.get(t)
+            while p is not None and p.name in quantized and is_scale_preserving(p):
+                p = producers.get(p.inputs[0])
+            if p is not None and p.name in preds:
+                preds[node.name].append(p.name)
+    group = {n.name: n.name for n in chain}   # union-find over the producer-reader links
+
+    def root(name: str) -> str:
+        while group[name] != name:
+            group[name] = name = group[group[name]]
+        return name
+    longest = {n.name: 1 for n in chain}      # longest path ending at the node
+    for node in chain:                        # graph order is topological
+        longest[node.name] += max((longest[p] for p in preds[node.name]), default=0)
+        for p in preds[node.name]:
+            group[root(p)] = root(node.name)
+    groups: Dict[str, int] = {}
+    for name, length in longest.items():
+        groups[root(name)] = max(groups.get(root(name), 0), length)
+    return [n.name for n in chain if groups[root(n.name)] >= MIN_CHAIN]
+
+
 def _config_keys() -> set:
     from .config import DEFAULTS
     return set(DEFAULTS)

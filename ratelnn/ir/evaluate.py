@@ -3,7 +3,9 @@
 :func:`evaluate` runs a :class:`~ratelnn.ir.graph.Graph` on numpy inputs; it is the
 reference the tests compare against and the engine of constant folding.  All float
 arithmetic is float32.  ``Quant``/``Dequant`` follow :mod:`ratelnn.ir.arith`;
-``MinMax`` passes its input through; ``Opaque`` and ``Engine`` cannot be evaluated here.
+``MinMax`` passes its input through; ``Engine`` cannot be evaluated here, and ``Opaque``
+only by the runner its frontend registered (:func:`register_opaque_runner`: the framework
+itself runs the op, as it does in every form of the model).
 """
 from __future__ import annotations
 
@@ -198,6 +200,17 @@ def _dequant(node: Node, q):
     return arith.dequantize(q, a["scale"])
 
 
+# framework name -> runner of that framework's Opaque nodes: (node, input arrays) -> one
+# array per node output; registered by the frontends (docs/architecture.md §15: the IR knows
+# no framework, so the frontend lends it the framework's own kernels)
+_OPAQUE_RUNNERS: Dict[str, Callable[[Node, Sequence[np.ndarray]], List[np.ndarray]]] = {}
+
+
+def register_opaque_runner(framework: str, runner: Callable[[Node, Sequence[np.ndarray]], List[np.ndarray]]) -> None:
+    """Let :func:`evaluate` run the ``Opaque`` nodes of ``framework`` with ``runner``."""
+    _OPAQUE_RUNNERS[framework] = runner
+
+
 def _unevaluable(node: Node, *inputs):
     if node.op == "Opaque":
         raise EvaluationError(f"node {node.name!r} is an Opaque {node.attrs.get('framework')} op "
@@ -252,6 +265,9 @@ _OPS: Dict[str, Callable[..., np.ndarray]] = {
 
 def evaluate_node(node: Node, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     """Outputs of ``node`` for the given input values (one array per output)."""
+    runner = _OPAQUE_RUNNERS.get(node.attrs.get("framework")) if node.op == "Opaque" else None
+    if runner is not None:
+        return list(runner(node, inputs))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         if node.op in _ELEMENTWISE:
             out = _ELEMENTWISE[node.op](*inputs)

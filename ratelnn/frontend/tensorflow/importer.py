@@ -15,6 +15,11 @@ import numpy as np
 
 from ...errors import ModelError
 from ...ir import Graph, Node, TensorInfo, registry
+from ...ir.evaluate import register_opaque_runner
+from .opaque import run_opaque
+
+# the numpy evaluator runs the Opaque nodes this module makes with TensorFlow's kernels
+register_opaque_runner("tensorflow", run_opaque)
 
 # ops that only exist in graphs whose variables have not been turned into constants
 _VARIABLE_OPS = {
