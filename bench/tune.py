@@ -95,7 +95,7 @@ TEXTGENRNN_WHY = (
     'no integer tensor is quantized (the character ids reach the `GatherV2` as int32; '
     '`StridedSlice`, `Split`, `Unpack`, `Sum` run in TensorFlow). But per-layer SQNR does not '
     'single out a recurrence, so tune now has a *recurrences* move (docs/quantization.md §11, '
-    'step 3): int16 on the 240 chained `Add`/`Mul` layers of the two cell states, 0.9954 at '
+    'step 4): int16 on the 240 chained `Add`/`Mul` layers of the two cell states, 0.9954 at '
     '1.006 x in one candidate (before it, the run on the fixed model reached 0.9913 at 1.008 '
     'x after 25 candidates by the k-least-precise steps). The numpy evaluator now runs '
     '`Opaque` TF nodes with TensorFlow, so bias correction and AdaRound run on textgenrnn '
