@@ -200,7 +200,8 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               "these tensors are beyond L2, so the scan prefetches the next block as it counts), "
               "RatelQuant (0.25 ns with the AVX2 intrinsics loop; GCC's vectorization of the "
               "scalar loop took 0.56) and RatelDequant (0.07). The statistics snapshot "
-              "(66 histograms, 0.5-0.7 MB: 4-5 ms of CPU to serialize, 30-70 ms with the fsyncs on a loaded VM) is written "
+              "(66 histograms, 0.5-0.7 MB: 4-5 ms of CPU to serialize, 30-70 ms with the "
+              "fsyncs on a loaded VM) is written "
               "every 0.2 s by a background thread, no longer by the op that found it due. "
               "On 2 shared vCPUs the ratios move by +-0.4 with the load: compare runs on a "
               "quiet machine only.",
