@@ -2,7 +2,9 @@
 // weight packing here, the kernels in npu_conv_kernels.inc, compiled once per
 // instruction-set path and chosen at run time by active_isa() (core/isa.h).
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -25,7 +27,6 @@ constexpr int kMR = 6;   // pixels per GEMM micro-tile
 constexpr int kMT = 48;  // pixels per packed im2col tile
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;  // smaller convs run on the calling thread
 constexpr int64_t kDepthwiseScratchBytes = int64_t(8) << 20;  // padded samples per depthwise pass
-constexpr int64_t kDwDirectMinWidth = 12;  // output width from which depthwise reads x in place
 constexpr int64_t kKC = 256;  // k pairs per weight sub-block (16 KiB: stays in L1 across a tile)
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -108,6 +109,31 @@ bool taps_path_applies(int64_t cout, int64_t groups) {
 #endif
 }
 
+namespace {
+
+// The depthwise vpdpbusd runs' weights (npu_kernels.h): 8-bit x, int8 w, kh <= 4, kw = 3.
+bool dw_quads_apply(DType x, DType w, int64_t kh, int64_t kw) {
+  return kh <= 4 && kw == 3 && quad_path_applies(x, w, false);
+}
+
+void pack_dw_quads(Instruction& ins, const ConstDesc& w, DType x, int64_t kh, int64_t cout) {
+  const int64_t blocks = ceil_div(cout, kNR);
+  ins.packed_quads.assign(blocks * 3 * kNR * 4, 0);
+  ins.quad_correction.assign(blocks * kNR, 0);
+  for (int64_t o = 0; o < cout; ++o) {
+    int64_t sum = 0;
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t kx = 0; kx < 3; ++kx) {
+        const int64_t v = w.at((ky * 3 + kx) * cout + o);
+        ins.packed_quads[(((o / kNR) * 3 + kx) * kNR + o % kNR) * 4 + ky] = int8_t(v);
+        sum += v;
+      }
+    if (x == DType::kInt8) ins.quad_correction[o] = int32_t(-128 * sum);  // |.| <= 12 * 2^14
+  }
+}
+
+}  // namespace
+
 ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide) {
   if (x == DType::kInt16 && w == DType::kInt16) return ConvPath::kScalar;
   if (cg == 1 && groups > 1) return wide ? ConvPath::kScalar : ConvPath::kDepthwise;
@@ -166,6 +192,7 @@ void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh
       for (int64_t o = 0; o < cout; ++o)
         for (int64_t t = 0; t < taps; ++t)
           ins.packed_taps[((o / kNR) * taps + t) * kNR + o % kNR] = int32_t(uint16_t(int16_t(w.at(t * cout + o))));
+      if (dw_quads_apply(x, w.dtype, kh, kw)) pack_dw_quads(ins, w, x, kh, cout);
     }
   } else {
     return;
@@ -174,8 +201,20 @@ void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh
   std::memcpy(ins.packed_weights.data(), packed.data(), ins.packed_weights.size());
 }
 
-void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const uint8_t* x, uint8_t* y, int threads) {
-  RATELNN_ON_ACTIVE_PATH(run_conv_impl(e, ins, g, x, y, threads))
+void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout) {
+  for (auto& p : ins.channel_params) p.reset();
+  ins.channel_params[int(Isa::kPortable)] = isa_portable::make_channel_params(e, ins, cout);
+#if RATELNN_X86_PATHS
+  if (isa_supported(Isa::kAvx2)) ins.channel_params[int(Isa::kAvx2)] = isa_avx2::make_channel_params(e, ins, cout);
+  if (isa_supported(Isa::kAvx512)) ins.channel_params[int(Isa::kAvx512)] = isa_avx512::make_channel_params(e, ins, cout);
+  if (isa_supported(Isa::kAvx512Vnni))
+    ins.channel_params[int(Isa::kAvx512Vnni)] = isa_avx512_vnni::make_channel_params(e, ins, cout);
+#endif
+}
+
+void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const uint8_t* x, uint8_t* y, int threads,
+              const ConvAddStep* add) {
+  RATELNN_ON_ACTIVE_PATH(run_conv_impl(e, ins, g, x, y, threads, add))
 }
 
 int64_t peak_macs(int64_t iters, const char** instruction) {

@@ -1,6 +1,7 @@
 // Decoding and validation of engine bytes; see npu_engine.h and docs/npu-arithmetic.md.
 #include "core/npu_engine.h"
 #include "core/npu_checksum.h"
+#include "core/npu_exec.h"
 #include "core/npu_kernels.h"
 
 #include <algorithm>
@@ -469,6 +470,7 @@ class Validator {
     need(y.shape == want, c, "output shape " + shape_str(y.shape) + ", expected " + shape_str(want));
     channel_requant(c, kh * kw * cg, cout, x.dtype, w.shape);
     pack_conv_weights(i, w, x.dtype, kh, kw, cg, cout, g);
+    prepare_channel_params(e_, i, cout);
   }
 
   void fully_connected(const Ctx& c) {
@@ -481,6 +483,7 @@ class Validator {
     need(y.shape[0] == x.shape[0] && y.shape[1] == w.shape[1], c, "output shape " + shape_str(y.shape) + " wrong");
     channel_requant(c, w.shape[0], w.shape[1], x.dtype, w.shape);
     pack_conv_weights(i, w, x.dtype, 1, 1, w.shape[0], w.shape[1], 1);
+    prepare_channel_params(e_, i, w.shape[1]);
   }
 
   void binary(const Ctx& c) {
@@ -700,6 +703,7 @@ Engine decode_engine(const uint8_t* data, size_t size, const std::string& label)
     decode_fields(WireReader(data, body), &e);
     if (who.empty()) who = e.name;
     Validator(e).run();
+    plan_fusions(e);
   } catch (const EngineError& err) {
     if (who.empty()) who = e.name;
     throw EngineError("engine '" + who + "': " + err.what());

@@ -8,9 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/isa.h"
 #include "core/npu_format.h"
 #include "core/npu_wire.h"
 
@@ -84,6 +86,14 @@ struct Instruction {
   // (npu_kernels.h): int32 [ceil(Cout/16)][kh*kw][16 channels]; empty otherwise.
   std::vector<int32_t> packed_taps;
   bool wide_accumulator = false;  // int64 accumulation needed (else int32 cannot overflow)
+  // CONV2D / FULLY_CONNECTED: the per-channel requantization tables (ChannelParams of
+  // npu_conv_kernels.inc), built at load for every kernel path the CPU has, by path (core/isa.h).
+  std::shared_ptr<const void> channel_params[kIsaCount];
+  // The executor plan (plan_fusions, npu_exec.h; docs/architecture.md §7): a CONV2D whose
+  // epilogue also computes the ADD at index fused_add (and the REQUANT at fused_requant after
+  // it), -1 for none; `fused` marks the ADD/REQUANT so computed, which the executor skips.
+  int fused_add = -1, fused_requant = -1;
+  bool fused = false;
 };
 
 struct Engine {

@@ -194,6 +194,23 @@ class Runner {
     for (size_t k = 0; k < e_.instructions.size(); ++k) {
       const Instruction& ins = e_.instructions[k];
       auto start = std::chrono::steady_clock::now();
+      if (ins.fused) {  // computed by an earlier conv's epilogue (plan_fusions): 0 us here
+        for (int id : ins.inputs)
+          if (last_use[id] == k && !keep[id]) release(id);
+        if (profile) print_profile_line(k, ins, std::chrono::steady_clock::duration::zero());
+        continue;
+      }
+      if (ins.fused_add >= 0) {  // conv + ADD (+ REQUANT): only the last one's output exists
+        const Instruction& add = e_.instructions[ins.fused_add];
+        const Instruction* then = ins.fused_requant >= 0 ? &e_.instructions[ins.fused_requant] : nullptr;
+        const int z = (then != nullptr ? then : &add)->outputs[0];
+        acquire(z, destination[z]);
+        conv(ins, &add, then);
+        for (int id : ins.inputs)
+          if (last_use[id] == k && !keep[id]) release(id);
+        if (profile) print_profile_line(k, ins, std::chrono::steady_clock::now() - start);
+        continue;
+      }
       const Instruction* then = fusable_requant(k, last_use, keep);
       if (then != nullptr) {  // binary op + REQUANT in one pass; the op's output never exists
         acquire(then->outputs[0], destination[then->outputs[0]]);
@@ -280,8 +297,9 @@ class Runner {
     }
   }
 
-  // ---- CONV2D and FULLY_CONNECTED (a 1x1 convolution on a 1x1 image): npu_conv.cc
-  void conv(const Instruction& ins) {
+  // ---- CONV2D and FULLY_CONNECTED (a 1x1 convolution on a 1x1 image): npu_conv.cc; with
+  // `add` (plan_fusions), the ADD and the REQUANT `then` run in the conv's epilogue.
+  void conv(const Instruction& ins, const Instruction* add = nullptr, const Instruction* then = nullptr) {
     const Attrs& a = ins.attrs;
     Shape xs = shape(ins.inputs[0]);
     const ConstDesc& w = C(ins.consts[0]);
@@ -293,7 +311,28 @@ class Runner {
     } else {
       g = {n_, 1, 1, xs[1], 1, 1, w.shape[1], 1, 1, w.shape[0], 1, 1, 1, 1, 0, 0, 0, 0, 1};
     }
-    run_conv(e_, ins, g, buf_[ins.inputs[0]].data(), out(ins.outputs[0]), threads_);
+    if (add == nullptr) return run_conv(e_, ins, g, buf_[ins.inputs[0]].data(), out(ins.outputs[0]), threads_);
+    ConvAddStep step = add_step(ins.outputs[0], *add, then);
+    run_conv(e_, ins, g, buf_[ins.inputs[0]].data(), nullptr, threads_, &step);
+  }
+
+  // The fused ADD of conv output `c` (and `then`) as ConvAddStep (npu_kernels.h).
+  ConvAddStep add_step(int c, const Instruction& add, const Instruction* then) {
+    const bool conv_first = add.inputs[0] == c;
+    const int r = add.inputs[conv_first ? 1 : 0];
+    const Attrs& at = add.attrs;
+    ConvAddStep st{};
+    st.residual = buf_[r].data(), st.rt = dt(r);
+    st.mc = int32_t(at.multipliers[conv_first ? 0 : 1]), st.mr = int32_t(at.multipliers[conv_first ? 1 : 0]);
+    st.s = int(at.shifts[0]), st.lo = add.lo, st.hi = add.hi;
+    st.requant = then != nullptr;
+    if (then != nullptr)
+      st.m2 = int32_t(then->attrs.multipliers[0]), st.s2 = int(then->attrs.shifts[0]), st.lo2 = then->lo, st.hi2 = then->hi;
+    st.f64 = add_f64_plan(qabs(dt(c)), qabs(st.rt), st.mc, st.mr, st.s, st.lo, st.hi, &st.plan) &&
+             (then == nullptr || add_f64_then(st.m2, st.s2, st.lo2, st.hi2, &st.plan));
+    const int z = (then != nullptr ? then : &add)->outputs[0];
+    st.y = out(z), st.yt = dt(z);
+    return st;
   }
 
   // ---- ADD / SUB / MUL with broadcasting; operands are inputs then constants
@@ -625,6 +664,42 @@ class Runner {
 };
 
 }  // namespace
+
+void plan_fusions(Engine& e) {
+  const size_t n = e.instructions.size();
+  std::vector<int> producer(e.tensors.size(), -1), readers(e.tensors.size(), 0);
+  std::vector<bool> is_output(e.tensors.size(), false);
+  for (int id : e.outputs) is_output[id] = true;
+  for (size_t k = 0; k < n; ++k) {
+    for (int id : e.instructions[k].outputs) producer[id] = int(k);
+    for (int id : e.instructions[k].inputs) ++readers[id];
+  }
+  for (size_t j = 0; j < n; ++j) {
+    Instruction& add = e.instructions[j];
+    if (add.opcode != Opcode::kAdd || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
+    // the operand computed last (c) is the conv's; the other (r) already exists when it runs
+    const int side = producer[add.inputs[0]] > producer[add.inputs[1]] ? 0 : 1;
+    const int c = add.inputs[side], r = add.inputs[1 - side], k = producer[c], z = add.outputs[0];
+    if (k < 0) continue;
+    Instruction& conv = e.instructions[k];
+    if (conv.opcode != Opcode::kConv2D || conv.fused_add >= 0 || readers[c] != 1 || is_output[c]) continue;
+    if (e.tensors[c].shape != e.tensors[z].shape || e.tensors[r].shape != e.tensors[z].shape) continue;
+    const ConstDesc& w = e.constants[conv.consts[0]];
+    if (conv.packed_weights.empty() || conv.attrs.groups != 1 ||
+        conv_path(e.tensors[conv.inputs[0]].dtype, w.dtype, w.shape[2], conv.attrs.groups, conv.wide_accumulator) !=
+            ConvPath::kGemm)
+      continue;
+    conv.fused_add = int(j);
+    add.fused = true;
+    if (j + 1 < n) {  // the ReLU REQUANT after a residual ADD, when it alone reads the sum
+      Instruction& q = e.instructions[j + 1];
+      if (q.opcode == Opcode::kRequant && q.inputs[0] == z && readers[z] == 1 && !is_output[z]) {
+        conv.fused_requant = int(j + 1);
+        q.fused = true;
+      }
+    }
+  }
+}
 
 int64_t tensor_bytes(const Engine& e, int tensor_id, int64_t batch) {
   const TensorDesc& t = e.tensors[tensor_id];

@@ -11,6 +11,13 @@
 namespace ratelnn {
 namespace npu {
 
+// The executor plan of a validated engine, made once at load (docs/architecture.md §7): a
+// CONV2D on the GEMM path whose output only the ADD after it reads, the ADD's other operand
+// being computed earlier, runs that ADD (and the REQUANT after it, when it alone reads the
+// sum) in its epilogue: Instruction::fused_add / fused_requant / fused.  Same bits as
+// running them one by one; the engine's instructions are unchanged.
+void plan_fusions(Engine& e);
+
 // Bytes of engine tensor `tensor_id` at run-time batch `batch`.
 int64_t tensor_bytes(const Engine& e, int tensor_id, int64_t batch);
 

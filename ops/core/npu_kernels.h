@@ -23,13 +23,17 @@
 //   zero padded.  The AVX2 and AVX-512 paths then read the 8/16-bit input directly (no padded
 //   copy; taps outside the image skipped), one sign/zero-extended int32 lane per channel, so
 //   vpmaddwd / vpdpwssd adds x * w per lane (the high halves multiply 0): 16 channels per zmm
-//   or two ymm (docs/architecture.md §17).
+//   or two ymm (docs/architecture.md §17).  8-bit x with int8 weights, kh <= 4, kw = 3, on a CPU
+//   with AVX-512 VNNI: also packed_quads, int8 [ceil(Cout/16)][3 kx][16 channels][4 ky] (ky >= kh
+//   zero) and quad_correction, int32 [ceil(Cout/16) * 16]: -128 * sum(w) for int8 x, else 0, for
+//   the stride-1 vpdpbusd runs.
 // - kScalar (int16 activations with int16 weights, or wide depthwise): plain loops over the
 //   HWIO constant; packed_weights is empty.
 #pragma once
 
 #include <cstdint>
 
+#include "core/npu_add.h"
 #include "core/npu_engine.h"
 
 namespace ratelnn {
@@ -65,10 +69,39 @@ struct ConvGeom {
   int64_t n, H, W, Cin, OH, OW, Cout, kh, kw, cg, sh, sw, dh, dw, pt, pb, pl, pr, groups;
 };
 
+// Build ins.channel_params (the per-channel requantization tables of a CONV2D /
+// FULLY_CONNECTED with `cout` output channels) for every kernel path the CPU has; at load.
+void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout);
+
+// An ADD (and a REQUANT after it) applied by a GEMM conv (groups 1) to its output codes c
+// (docs/architecture.md §7): with r the residual operand's code at the same index,
+// y = clamp(round_shift(c*mc + r*mr, s), lo, hi), then optionally
+// y = clamp(round_shift(y*m2, s2), lo2, hi2); only y is written to memory: the conv stages
+// each pixel tile's codes in a per-thread buffer and adds them while they are in cache.
+// In double when `f64` (the exact plan of npu_add.h), else in int64: the codes of the two
+// instructions run one by one.
+struct ConvAddStep {
+  const uint8_t* residual;  // same shape as the conv output
+  DType rt;
+  int32_t mc, mr;  // multipliers of the conv's and the residual's operand
+  int s;
+  int64_t lo, hi;
+  bool requant;  // a REQUANT follows
+  int32_t m2;
+  int s2;
+  int64_t lo2, hi2;
+  bool f64;
+  AddF64 plan;  // a = the conv code, b = the residual code
+  uint8_t* y;   // the ADD's (or the REQUANT's) output
+  DType yt;
+};
+
 // y = CONV2D(x) of `ins` (weights/bias/multipliers from `e`); x and y are NHWC buffers
-// of the instruction's input/output dtypes.  Uses up to `threads` pool threads.
+// of the instruction's input/output dtypes.  Uses up to `threads` pool threads.  With `add`
+// (only for conv_path kGemm with packed weights, groups 1) it is applied per tile and add->y
+// is written instead of y.
 void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const uint8_t* x, uint8_t* y,
-              int threads);
+              int threads, const ConvAddStep* add = nullptr);
 
 // out[j] = element (start + j) % period of the row-major buffer p of dtype t, j < count.
 void load_codes(const uint8_t* p, DType t, int64_t start, int64_t count, int64_t period, int32_t* out);

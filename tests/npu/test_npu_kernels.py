@@ -72,7 +72,7 @@ def test_depthwise_multipliers(data):
 @given(data=st.data())
 def test_depthwise_borders_and_blocks(data):
     """Depthwise geometry aimed at both depthwise kernels (the direct one of the AVX2/AVX-512
-    paths from output width 12: packed_taps, no padded copy, taps outside the image skipped,
+    paths: packed_taps, no padded copy, taps outside the image skipped,
     8/4-pixel interior steps, masked channel tails; the padded-copy one): channels around
     16/32/64, 1-row and 1-column inputs, strides 1-3, dilations 1-3, asymmetric pads, batch
     1-3, multipliers 1 and 2, 8/16-bit activations and int8/int16 weights, every epilogue."""
@@ -103,6 +103,42 @@ def test_depthwise_borders_and_blocks(data):
     consts = requant_consts(b, wq, xdt, sx * sws / sy, bias, 0.1 * sx * sws / sy if leaky else None)
     b.add("CONV2D", [tx], [ty], consts, strides=(sh, sw), dilations=(dh, dw), pads=(pt, pb, pl, pr), groups=cin,
           act_min=0 if data.draw(st.booleans()) else None)
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_depthwise_column_runs(data):
+    """The direct depthwise kernel's column runs (kw = 3, dilation 1 across, strides 1 and 2:
+    8/4/2/1-pixel runs over output widths 1..16, borders inside a run), kernel heights 1-4,
+    asymmetric pads, channels around 16/64, batch 1-3, 8/16-bit activations, and the ReLU
+    epilogue (lo >= 0) with shifts 33..40 and products p < 0 that are multiples of 2^32."""
+    xdt = data.draw(ACT)
+    wdt = "int16" if xdt != "int16" and data.draw(st.booleans()) else "int8"
+    cin = data.draw(st.one_of(CHANNELS, st.sampled_from([47, 48, 64, 65])))
+    kh, dh = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 2))
+    sh, sw = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    eh = dh * (kh - 1) + 1
+    pt, pb = data.draw(st.integers(0, eh - 1)), data.draw(st.integers(0, eh - 1))
+    pl, pr = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))
+    h = data.draw(st.integers(max(1, eh - pt - pb), 8))
+    w = data.draw(st.integers(max(1, 3 - pl - pr), 20))
+    n = data.draw(st.integers(1, 3))
+    oh, ow = (h + pt + pb - eh) // sh + 1, (w + pl + pr - 3) // sw + 1
+    x = rand_codes(data, (n, h, w, cin), xdt)
+    wq = rand_codes(data, (kh, 3, 1, cin), wdt)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
+    bias = rng.integers(-5000, 5000, cin)
+    shifts = rng.integers(33, 41, cin)
+    mults = np.where(rng.random(cin) < 0.3, 2 ** 30, rng.integers(2 ** 28, 2 ** 31 - 1, cin))  # 2^30: t * M % 2^32 == 0 for t % 4 == 0
+    relu = data.draw(st.booleans())
+    b = EngineBuilder("dw_runs", n)
+    tx, ty = b.tensor("x", x.shape, xdt, 0.1), b.tensor("y", (n, oh, ow, cin), data.draw(ACT), 1.0)
+    consts = [b.const("w", wq), b.const("bias", bias.astype(np.int32)), b.const("m", mults.astype(np.int32)),
+              b.const("s", shifts.astype(np.int32))]
+    b.add("CONV2D", [tx], [ty], consts, strides=(sh, sw), dilations=(dh, 1), pads=(pt, pb, pl, pr), groups=cin,
+          act_min=0 if relu else None)
     b.set_io([tx], [ty])
     check(b, [x])
 
