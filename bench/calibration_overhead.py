@@ -5,7 +5,9 @@ Freezes Keras MobileNetV2 (weights=None, 224x224x3, batch 8), makes the calibrat
 enough for a *speed* measurement), then times one ``Session.run`` of each of the three
 GraphDefs in interleaved rounds (the order rotates every round) with the same input and the
 same thread count, and reports the median time per batch and the ratios
-calibration/float and quantized/float (issue 12's targets: <= 1.15 and <= 1.3).
+calibration/float and quantized/float (issue 12's targets: <= 1.15 and <= 1.3). It also
+times RatelMinMax alone on the calibration model's own tensors, one thread, on every kernel
+path this CPU has: CPU time per element, which moves less with the load than the ratios.
 
 The result replaces the "Calibration overhead" section of docs/benchmarks.md.
 
@@ -106,7 +108,57 @@ def time_side_by_side(graphs, input_tensor: str, output_tensor: str, threads: in
             {name: statistics.median(values) for name, values in cpu_times.items()})
 
 
-def report(medians, cpu_medians, threads: int, repeats: int, command: str) -> str:
+def calibrated_tensors(graph_cal, input_tensor: str):
+    """The values every RatelMinMax of ``graph_cal`` sees for one batch: a list of arrays."""
+    import tensorflow as tf
+
+    names = [node.input[0] for node in graph_cal.node if node.op == "RatelMinMax"]
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(graph_cal, name="")
+    with tf.compat.v1.Session(graph=graph) as sess:
+        return sess.run([name + ":0" for name in names], {input_tensor: random_images(BATCH, 2)})
+
+
+def scan_cost(tensors, repeats: int):
+    """``{kernel path: (median, min) CPU ns per element}`` of RatelMinMax alone over
+    ``tensors`` (one op per tensor, all in one ``Session.run``, one intra-op thread, the
+    inputs in variables so that nothing is copied), on every path this CPU supports."""
+    import tensorflow as tf
+
+    import ratelnn
+    from ratelnn.npu import force_isa, supported_isas
+
+    ops = ratelnn.tf_init()
+    elements = sum(t.size for t in tensors)
+    costs = {}
+    with tempfile.TemporaryDirectory(prefix="ratelnn-scan-") as output_dir:
+        graph = tf.Graph()
+        with graph.as_default():
+            feeds = [tf.compat.v1.placeholder(tf.float32, t.shape) for t in tensors]
+            variables = [tf.compat.v1.Variable(f, name=f"t{i}") for i, f in enumerate(feeds)]
+            scans = tf.group(*[ops.ratel_min_max(v.read_value(), tensor_name=f"t{i}",
+                                                 output_dir=output_dir)
+                               for i, v in enumerate(variables)])
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
+                                          inter_op_parallelism_threads=1)
+        with tf.compat.v1.Session(graph=graph, config=config) as sess:
+            sess.run([v.initializer for v in variables], dict(zip(feeds, tensors)))
+            for path in supported_isas():
+                with force_isa(path):
+                    sess.run(scans)  # the first batch of a kernel also sets its range
+                    seconds = []
+                    for _ in range(repeats):
+                        start = time.process_time()
+                        sess.run(scans)
+                        seconds.append(time.process_time() - start)
+                costs[path] = (1e9 * statistics.median(seconds) / elements,
+                               1e9 * min(seconds) / elements)
+    return costs
+
+
+def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans,
+           tensors) -> str:
     """The markdown section (between the section markers) for docs/benchmarks.md."""
     import tensorflow as tf
 
@@ -144,14 +196,21 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str) -> st
               "fusions (Conv2D+BiasAdd fused by oneDNN in all of them, Relu6 a separate op in "
               "all of them; Grappler folds the weights' Dequant ops into constants), so the "
               "overhead is the ops' own work on the 66 calibrated tensors, 56.4 M elements per "
-              "batch: RatelMinMax's fused range + histogram scan (about 0.3 ns per element and "
-              "core on Zen 4 in cache with the AVX-512 loop, 0.37 with the AVX2 one), RatelQuant "
-              "(0.25 ns with the AVX2 intrinsics loop; GCC's vectorization of the scalar loop took "
-              "0.56) and RatelDequant (0.07). The statistics snapshot (66 histograms, 0.5-0.7 MB: "
-              "4-5 ms of CPU to serialize, 30-70 ms with the fsyncs on a loaded VM) is written "
+              "batch: RatelMinMax's fused range + histogram scan (per path below; most of "
+              "these tensors are beyond L2, so the scan prefetches the next block as it counts), "
+              "RatelQuant (0.25 ns with the AVX2 intrinsics loop; GCC's vectorization of the "
+              "scalar loop took 0.56) and RatelDequant (0.07). The statistics snapshot "
+              "(66 histograms, 0.5-0.7 MB: 4-5 ms of CPU to serialize, 30-70 ms with the "
+              "fsyncs on a loaded VM) is written "
               "every 0.2 s by a background thread, no longer by the op that found it due. "
               "On 2 shared vCPUs the ratios move by +-0.4 with the load: compare runs on a "
-              "quiet machine only."]
+              "quiet machine only.",
+              "",
+              f"RatelMinMax alone on the values of the {len(tensors)} calibrated tensors "
+              f"({sum(t.size for t in tensors) / 1e6:.1f} M elements; one thread; the fused pass "
+              f"at the kernel's range; CPU time per element, median (min) of {repeats} runs): "
+              + ", ".join(f"{path} {med:.3f} ({low:.3f}) ns" for path, (med, low)
+                          in scans.items()) + "."]
     return "\n".join(lines)
 
 
@@ -168,8 +227,11 @@ def main() -> int:
         graphs, input_tensor, output_tensor = mobilenet_v2_graphs(output_dir)
         medians, cpu_medians = time_side_by_side(graphs, input_tensor, output_tensor,
                                                  args.threads, args.repeats)
+        tensors = calibrated_tensors(graphs["calibration"], input_tensor)
+        scans = scan_cost(tensors, args.repeats)
     command = "python bench/calibration_overhead.py " + " ".join(sys.argv[1:])
-    section = report(medians, cpu_medians, args.threads, args.repeats, command.strip())
+    section = report(medians, cpu_medians, args.threads, args.repeats, command.strip(), scans,
+                     tensors)
     write_section("calibration-overhead", section, args.doc)
     print(section)
     float_time = medians["float"]

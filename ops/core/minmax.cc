@@ -31,11 +31,13 @@ constexpr uint32_t kLastBin = kHistogramBins - 1;
 constexpr int64_t kHistogramChunk = int64_t{1} << 30;
 // Below this many elements the counts go straight into the 64-bit bins; above, into
 // kCounterCopies interleaved 32-bit copies of every bin (bin k, copy c at k * kCounterCopies
-// + c; lane j of a vector uses copy j % kCounterCopies), so that equal bins close together
-// increment different counters and do not wait on each other's store-to-load forwarding.
-// The copies cost one 32 KiB allocation and a 2048 x 4 reduction per call.
+// + c; lane j of a vector uses copy j % kCounterCopies), merged once per call. More copies
+// keep equal bins close together off one counter (store-to-load forwarding), but multiply
+// the counters' L1 footprint: on Zen 4 one copy (8 KiB) was faster than four (32 KiB, the
+// whole L1D) on MobileNetV2's tensors (0.33 vs 0.41 ns per element), in L2 (0.27 vs 0.42)
+// and even with every element in one bin (0.31 vs 0.43) (docs/architecture.md §5).
 constexpr int64_t kCopiesThreshold = 1 << 15;
-constexpr int kCounterCopies = 4;
+constexpr int kCounterCopies = 1;
 
 inline BatchRange FoldRange(BatchRange r, float v) {
   r.min = v < r.min ? v : r.min;
@@ -45,6 +47,15 @@ inline BatchRange FoldRange(BatchRange r, float v) {
 
 // Elements per block of ScanAndCount: the block's counter slots (4 bytes each) stay in L1.
 constexpr int64_t kSlotBlock = 1024;
+
+// Elements of the next block of ScanAndCount that its vector loop prefetches at step i:
+// the next block's x[i, i + 16) while it exists. The scalar counting loop issues no loads of
+// x, so without this the hardware prefetcher stalls and every block's vector loop waits for
+// memory: a calibrated tensor is usually beyond L2 (docs/architecture.md §5; on Zen 4,
+// MobileNetV2's 66 tensors: 0.57-0.67 -> 0.41-0.45 ns per element).
+inline int64_t PrefetchCount(int64_t block, int64_t block_size, int64_t full) {
+  return std::clamp<int64_t>(full - block - kSlotBlock, 0, block_size);
+}
 
 #if RATELNN_X86_PATHS
 // kCompactLanes[mask]: the lanes whose bit is set in `mask`, in order, then the others

@@ -1,6 +1,7 @@
 """RatelMinMax's fused pass on tensors large enough to be split over TF's worker threads and
 counted through sub-histograms: a batch binned at the range of the earlier batches (the
-hint), a batch that exceeds it (binned again at its own range), NaN in a late block."""
+hint), a batch that exceeds it (binned again at its own range), NaN in a late block; sizes
+around every block boundary of the scan, on one and two threads; NaN/Inf in the tail."""
 from __future__ import annotations
 
 import numpy as np
@@ -82,3 +83,56 @@ def test_every_path_gives_the_same_signed_zero_range(ops, tmp_path):
         s = load_statistics(tmp_path / path)["zeros"]
         ranges[path] = (np.signbit(s.min), s.min, np.signbit(s.max), s.max)
     assert len(set(ranges.values())) == 1, ranges
+
+
+# Sizes around the scan's boundaries: the 16-element vector step (scalar tail), the
+# 1024-element counting block and its prefetch of the next one, the 2^15 switch to 32-bit
+# counters, the 2^16 shard blocks and the 2^18 threshold for sharding.
+BOUNDARY_SIZES = (1, 15, 17, 1023, 1041, 2047, 2 ** 15 - 1, 2 ** 15 + 17, 2 ** 18 - 1,
+                  2 ** 18 + 2 ** 16 + 5)
+
+
+def boundary_batches(size: int, rng) -> list:
+    """Three batches of `size` elements: signed values with ReLU zeros and a saturated run in
+    one bin (6.0), then the same at 1/4 (binned at the first batch's range) and at 64x
+    (beyond it: binned again)."""
+    x = rng.normal(0, 2, size).astype(np.float32)
+    x[rng.random(size) < 0.4] = 0.0
+    x[rng.random(size) < 0.2] = 6.0
+    return [x, x * np.float32(0.25), x * np.float32(64)]
+
+
+@pytest.mark.parametrize("path", ISA_PATHS)
+def test_boundary_sizes_match_numpy_on_one_and_two_threads(ops, tmp_path, path):
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path")
+    rng = np.random.default_rng(11)
+    batches = {size: boundary_batches(size, rng) for size in BOUNDARY_SIZES}
+    with force_isa(path):
+        for threads in (1, 2):
+            output_dir = tmp_path / f"threads{threads}"
+            graph = tf.Graph()
+            with graph.as_default():
+                recorders = [ops.ratel_min_max(
+                    tf.compat.v1.placeholder(tf.float32, (size,), name=f"x{size}"),
+                    tensor_name=f"n{size}", output_dir=str(output_dir)) for size in BOUNDARY_SIZES]
+            config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads)
+            with tf.compat.v1.Session(graph=graph, config=config) as sess:
+                for k in range(3):
+                    sess.run(recorders,
+                             {f"x{size}:0": batches[size][k] for size in BOUNDARY_SIZES})
+            stats = load_statistics(output_dir)
+            for size in BOUNDARY_SIZES:
+                every = np.concatenate(batches[size])
+                s = stats[f"n{size}"]
+                assert s.histogram == AbsHistogram.of_values(every), (size, threads)
+                assert (s.min, s.max, s.count) == (every.min(), every.max(), every.size)
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_non_finite_value_in_the_scalar_tail_fails(ops, tmp_path, bad):
+    batch = np.ones(2 ** 15 + 17, np.float32)
+    batch[-1] = bad
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="'tail': calibration batch contains NaN or Inf"):
+        ops.ratel_min_max(batch, tensor_name="tail", output_dir=str(tmp_path))
