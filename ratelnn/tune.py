@@ -17,8 +17,7 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
    cost no latency);
 3. while the target is not met, the *int16 budget* (:meth:`Tuner._stage_budget`): int16 on
    the layers losing most SQNR per predicted second (:meth:`Tuner._int16_prices`), as many as
-   the estimate fits in the latency limit; then, while it is not met, ``adaround_iterations``
-   (:data:`LATE_PASSES`: minutes per try on a large model) kept when it raises the metric;
+   the estimate fits in the latency limit;
 4. while it is not met: ``auto_int16`` at its defaults and with a larger budget; then
    *recurrences* (:func:`recurrence_layers`): int16 on every quantized Add/Sub/Mul lying on a
    path of at least :data:`MIN_CHAIN` of them (an unrolled recurrence, such as an LSTM's cell
@@ -29,7 +28,9 @@ integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``
    sensitive op or graph input), all borders at once, then each on its own;
 6. while it is not met: int16, then fp32, on the k least precise layers (k = 1, 2, 4, ...;
    :meth:`Tuner._prefixes`), by the SQNR each loses (``analysis.layer_rows``) or, where the
-   numpy evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts;
+   numpy evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts; then,
+   while it is not met, ``adaround_iterations`` (:data:`LATE_PASSES`: minutes per try on a
+   large model, so after every cheap dtype move) kept when it raises the metric;
 7. once met: layer entries dropped again, one at a time, while the target still holds.
 
 AdaRound codes are cached per layer across candidates (``quantization.adaround.code_cache``).
@@ -758,8 +759,6 @@ class Tuner:
                 if not self._meets(best) and self.int16_budget:
                     best = self._stage_budget(best)
                 if not self._meets(best):
-                    best = self._stage_passes(best, LATE_PASSES)
-                if not self._meets(best):
                     best = self._stage_auto_int16(best)
                 if not self._meets(best):
                     best = self._stage_chains(best)
@@ -767,6 +766,8 @@ class Tuner:
                     best = self._stage_borders(best)
                 if not self._meets(best):
                     best = self._stage_layers(best)
+                if not self._meets(best):   # minutes per try: after the cheap dtype moves
+                    best = self._stage_passes(best, LATE_PASSES)
                 if self._meets(best) and best.settings["layer_configs"] != self.user_layers:
                     self._stage_prune(best)
             except _Budget as e:
