@@ -332,8 +332,6 @@ class Tuner:
             return self.seen[key]
         self._check_budget()
         t0 = time.monotonic()
-        from .compiler import compile_graph
-        from .profile import profile
         from .quantization.adaround import code_cache
         from .quantization.layerwalk import time_limit
         from .quantization.thresholds import KLDDegenerateWarning
@@ -347,7 +345,11 @@ class Tuner:
                 warnings.simplefilter("ignore", KLDDegenerateWarning)
                 if self.baseline is not None and cheap != settings:
                     # priced before the data-driven passes run: they change codes, not dtypes
-                    latency = self._latency(*self._candidate(cheap))
+                    cheap_conv, _ = self._candidate(cheap)
+                    try:
+                        latency = self._price(cheap_conv.quantized_ir(), cheap_conv)[2]
+                    except ValueError:   # no engine left
+                        latency = None
                     if latency is not None and self._over(latency):
                         point = Point(label, settings, None, latency, False, time.monotonic() - t0,
                                       f"over {self.ratio:g} x all-int8 latency: not run (priced without the data-driven passes)")
@@ -359,13 +361,11 @@ class Tuner:
             point = Point(label, settings, None, math.nan, False, time.monotonic() - t0,
                           f"skipped: {type(e).__name__}: {str(e).splitlines()[0][:150]}")
             return self._record(key, point)
-        compiled = compile_graph(qgraph, conv.config, conv.device_info)
         try:
-            prof = profile(compiled, 1, conv.device_info or None)
+            compiled, prof, latency = self._price(qgraph, conv)
         except ValueError as e:   # no engine left
             point = Point(label, settings, None, math.nan, False, time.monotonic() - t0, f"skipped: {e}")
             return self._record(key, point)
-        latency = prof.latency_s + self._host_seconds(qgraph, conv.config)
         fits = all(e.latency.fits_sram for e in prof.engines)
         over = self._over(latency)
         metric, note = None, ""
@@ -383,17 +383,14 @@ class Tuner:
     def _over(self, latency: float) -> bool:
         return self.baseline is not None and latency > self.ratio * self.baseline.latency_s * (1 + 1e-9)
 
-    def _latency(self, conv, out) -> Optional[float]:
-        """Predicted latency of ``conv``'s quantized model (engines + host fp32 layers); None
-        when it has no engine."""
+    def _price(self, qgraph, conv) -> Tuple[Any, Any, float]:
+        """(compiled graph, Profile, predicted latency of one inference: engines + host fp32
+        layers) of the quantized ``qgraph`` of ``conv``; ValueError when it has no engine."""
         from .compiler import compile_graph
         from .profile import profile
-        qgraph = conv.quantized_ir()
-        try:
-            prof = profile(compile_graph(qgraph, conv.config, conv.device_info), 1, conv.device_info or None)
-        except ValueError:
-            return None
-        return prof.latency_s + self._host_seconds(qgraph, conv.config)
+        compiled = compile_graph(qgraph, conv.config, conv.device_info)
+        prof = profile(compiled, 1, conv.device_info or None)
+        return compiled, prof, prof.latency_s + self._host_seconds(qgraph, conv.config)
 
     def _record(self, key: str, point: Point) -> Point:
         self.seen[key] = point
