@@ -5,6 +5,8 @@ alternating processes on the same engines.
 - ``add``: ADD + REQUANT alone, 8x56x56x256 int8 + int8 -> int8 sum -> uint8 ReLU;
 - ``conv+add``: a 1x1 conv 8x56x56x64 -> 256 (uint8 in, int8 out) with that ADD + REQUANT
   fused into its epilogue;
+- ``resnet50 load``: ``Engine.from_bytes`` of those engines (decode, validation, weight packing
+  and the narrow plans' search and check);
 - ``resnet50 b1`` / ``b8``: the engines of the compiled Keras ResNet50 (random weights,
   compiled once and cached in ``--engines``), ``Engine.run`` on the native executor.
 
@@ -101,7 +103,9 @@ def measure(args):
     for label, conv in (("add", False), ("conv+add", True)):
         eng, xs = block_engine(conv)
         times[label] = _min_time(lambda: eng.run(xs, backend="native", num_threads=args.threads), args.repeat)
-    engines = [Engine.from_bytes(b) for b in pickle.loads(Path(args.engines).read_bytes())]
+    blobs = pickle.loads(Path(args.engines).read_bytes())
+    times["resnet50 load"] = _min_time(lambda: [Engine.from_bytes(b) for b in blobs], 3)
+    engines = [Engine.from_bytes(b) for b in blobs]
     for n in (1, 8):
         xs = [[np.zeros((n,) + s.shape[1:], s.dtype) for s in e.inputs] for e in engines]
         times[f"resnet50 b{n}"] = _min_time(
@@ -140,7 +144,7 @@ def main():
                     best[(side, case)] = min(best.get((side, case), v), v)
             print(f"round {rnd + 1} {side}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" if not isinstance(v, str) else f"narrow {v}"
                                                      for k, v in out.items()), flush=True)
-    for case in ("add", "conv+add", "resnet50 b1", "resnet50 b8"):
+    for case in ("add", "conv+add", "resnet50 load", "resnet50 b1", "resnet50 b8"):
         print(f"{case}: " + ", ".join(f"{side} {best[(side, case)] * 1e3:.2f} ms" for side in sides))
     for side, v in notes.items():
         print(f"ResNet50 ADDs on the narrow path ({side}): {v}")
