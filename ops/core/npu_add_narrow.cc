@@ -23,7 +23,8 @@ namespace {
 constexpr double kI16 = 32767;
 constexpr int kMaxNarrowT = 24;  // the largest shifts tried
 constexpr int kMaxWideT = 28;    // |c| stays near 2^(t-1) < 2^30, so Q + c fits int32
-constexpr int kRadius = 3;       // multipliers tried around the real slopes, per axis
+constexpr int kRadius = 3;       // narrow multipliers tried around the real slopes, per axis
+constexpr int kWideRadius = 1;   // wide ones (2^13 times finer: the center nearly always fits)
 
 bool is8(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 bool fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
@@ -47,8 +48,8 @@ void c_range(const Samples& s, T ma, T mb, int t, T* cmin, T* cmax) {
   T lo_c = kMin, hi_c = kMax;
   const T lo = T(s.lo), hi = T(s.hi), one = T(1) << t;
   const size_t n = s.y.size();
-  for (size_t i0 = 0; i0 < n && lo_c <= hi_c; i0 += 4096) {  // blocks: a failing candidate stops early
-    for (size_t i = i0; i < std::min(n, i0 + 4096); ++i) {
+  for (size_t i0 = 0; i0 < n && lo_c <= hi_c; i0 += 1024) {  // blocks: a failing candidate stops early
+    for (size_t i = i0; i < std::min(n, i0 + 1024); ++i) {
       const T L = T(s.a[i]) * ma + T(s.b[i]) * mb, y = s.y[i];
       lo_c = std::max(lo_c, y > lo ? y * one - L : kMin);
       hi_c = std::min(hi_c, y < hi ? (y + 1) * one - 1 - L : kMax);
@@ -67,11 +68,11 @@ int64_t max_abs(const std::vector<int32_t>& v) {
 // reproducing every sample (the middle of c_range); the first one goes to *st.  b_used false
 // for a one-operand stage (every b is 0).
 template <typename T>
-bool search(const Samples& s, double ra, double rb, bool b_used, int t, T c_limit, NarrowStage* st) {
+bool search(const Samples& s, double ra, double rb, bool b_used, int t, int radius, T c_limit, NarrowStage* st) {
   const int64_t a0 = std::llround(std::ldexp(ra, t)), b0 = b_used ? std::llround(std::ldexp(rb, t)) : 0;
   std::vector<std::pair<int, int>> offsets;
-  for (int da = -kRadius; da <= kRadius; ++da)
-    for (int db = -kRadius; db <= kRadius; ++db)
+  for (int da = -radius; da <= radius; ++da)
+    for (int db = -radius; db <= radius; ++db)
       if (b_used || db == 0) offsets.emplace_back(da, db);
   std::stable_sort(offsets.begin(), offsets.end(), [](auto x, auto y) {
     return std::max(std::abs(x.first), std::abs(x.second)) < std::max(std::abs(y.first), std::abs(y.second));
@@ -92,8 +93,8 @@ bool search(const Samples& s, double ra, double rb, bool b_used, int t, T c_limi
 
 // One stage for `s` near the real slopes (ra, rb): narrow at the largest shift t <= kMaxNarrowT
 // with |ma|, |mb| < 2^15 and (max|y| + 1) 2^t + 2 max|a*ma + b*mb| < 2^31 (c_range in int32);
-// else wide at the largest t <= kMaxWideT with |ma|, |mb| < 2^30 (so |mh| < 2^14).
-bool fit_stage(const Samples& s, double ra, double rb, bool b_used, NarrowStage* st) {
+// else (allow_wide) wide at the largest t <= kMaxWideT with |ma|, |mb| < 2^30 (so |mh| < 2^14).
+bool fit_stage(const Samples& s, double ra, double rb, bool b_used, bool allow_wide, NarrowStage* st) {
   if (!fits16(s.lo) || !fits16(s.hi)) return false;
   const double amax = double(max_abs(s.a)), bmax = double(max_abs(s.b));
   const double ymax = double(std::max(std::llabs(s.lo), std::llabs(s.hi)) + 1);
@@ -105,12 +106,13 @@ bool fit_stage(const Samples& s, double ra, double rb, bool b_used, NarrowStage*
   int t = kMaxNarrowT;
   while (t > 1 && !narrow_ok(t)) --t;
   st->wide = false;
-  if (narrow_ok(t) && search<int32_t>(s, ra, rb, b_used, t, INT32_MAX, st)) return true;
+  if (narrow_ok(t) && search<int32_t>(s, ra, rb, b_used, t, kRadius, INT32_MAX, st)) return true;
+  if (!allow_wide) return false;
   auto wide_ok = [&](int t) { return slope(ra, t) < std::ldexp(1.0, 30) && slope(rb, t) < std::ldexp(1.0, 30); };
   t = kMaxWideT;
   while (t > 16 && !wide_ok(t)) --t;
   st->wide = true;
-  return wide_ok(t) && search<int64_t>(s, ra, rb, b_used, t, int64_t(1) << 30, st);
+  return wide_ok(t) && search<int64_t>(s, ra, rb, b_used, t, kWideRadius, int64_t(1) << 30, st);
 }
 
 // Every code of dtype t.
@@ -343,11 +345,13 @@ bool add_narrow_plan(const AddSpec& f, AddNarrow* out) {
   p.at = f.at, p.bt = f.bt, p.requant = f.requant;
   // one stage: the whole function (the REQUANT folded in)
   const Samples whole = pair_samples(f, false);
-  bool found = fit_stage(whole, ra * r2, rb * r2, true, &p.s1);
+  // (with a REQUANT only narrow: the double rounding is rarely one floor, and a failing wide
+  // search is the slow part of the load)
+  bool found = fit_stage(whole, ra * r2, rb * r2, true, !f.requant, &p.s1);
   if (!found && f.requant) {
     // two stages: the ADD alone, then the REQUANT on the ADD's codes that occur
     const Samples first = pair_samples(f, true);
-    if (fit_stage(first, ra, rb, true, &p.s1)) {
+    if (fit_stage(first, ra, rb, true, true, &p.s1)) {
       std::vector<int32_t> seen = first.y;
       std::sort(seen.begin(), seen.end());
       seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
@@ -358,7 +362,7 @@ bool add_narrow_plan(const AddSpec& f, AddNarrow* out) {
         second.y.push_back(int32_t(clamp(round_shift(int64_t(v) * f.m2, f.s2), f.lo2, f.hi2)));
       }
       p.two_stage = true;
-      found = fit_stage(second, r2, 0.0, false, &p.s2);
+      found = fit_stage(second, r2, 0.0, false, true, &p.s2);
     }
   }
   if (!found || mismatches(p, f.at, f.bt, whole.y, nullptr, nullptr) != 0) return false;  // the proof by exhaustion
