@@ -3,9 +3,12 @@
 #include "core/npu_add_narrow.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -336,7 +339,8 @@ int64_t add_narrow_mismatches(const AddNarrow& p, const AddSpec& f, int64_t* fir
   return mismatches(p, f.at, f.bt, pair_samples(f, false).y, first_a, first_b);
 }
 
-bool add_narrow_plan(const AddSpec& f, AddNarrow* out) {
+namespace {
+bool search_plan(const AddSpec& f, AddNarrow* out) {
   const int64_t flo = f.requant ? f.lo2 : f.lo, fhi = f.requant ? f.hi2 : f.hi;
   if (!is8(f.at) || !is8(f.bt) || flo < -128 || fhi > 255 || flo > fhi) return false;
   const double ra = std::ldexp(double(f.ma), -f.s), rb = std::ldexp(double(f.mb), -f.s);
@@ -368,6 +372,32 @@ bool add_narrow_plan(const AddSpec& f, AddNarrow* out) {
   if (!found || mismatches(p, f.at, f.bt, whole.y, nullptr, nullptr) != 0) return false;  // the proof by exhaustion
   *out = p;
   return true;
+}
+
+}  // namespace
+
+bool add_narrow_plan(const AddSpec& f, AddNarrow* out) {
+  // Plans by spec, process-wide: the engines of one model at several batch sizes, or decoded
+  // again, share their ADDs' specs; the search and check (a few ms each) then run once.
+  using Key = std::array<int64_t, 12>;
+  static std::mutex mu;
+  static std::map<Key, std::pair<bool, AddNarrow>>* cache = new std::map<Key, std::pair<bool, AddNarrow>>();
+  const Key key = {int64_t(f.at), int64_t(f.bt), f.ma, f.mb, f.s, f.lo, f.hi, f.requant, f.m2, f.s2, f.lo2, f.hi2};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) {
+      if (it->second.first) *out = it->second.second;
+      return it->second.first;
+    }
+  }
+  AddNarrow p;
+  const bool found = search_plan(f, &p);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache->size() >= 4096) cache->clear();  // bounded; specs rarely repeat beyond a few models
+  (*cache)[key] = {found, p};
+  if (found) *out = p;
+  return found;
 }
 
 AddNarrow add_narrow_swapped(const AddNarrow& p) {
