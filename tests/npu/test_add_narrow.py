@@ -144,27 +144,38 @@ def test_no_narrow_plan_falls_back():
     assert set(np.unique(ref[0])) == {-128, 0, 127}
 
 
+# conv2_block2's residual ADD and ReLU REQUANT in the compiled Keras ResNet50: residual (uint8)
+# and conv (int8) slopes, and the int8 sum into uint8 at ~255/127
+R50_ADD = (int(0.48006037389859557 * 2 ** 31), int(0.20498704258352518 * 2 ** 31), 31)
+R50_RELU = (int(2.007874023169279 * 2 ** 29), 29)
+
+
 @pytest.mark.parametrize("conv_first", [True, False])
 def test_resnet_block_tail_takes_the_narrow_path_in_the_conv_epilogue(conv_first):
-    """ResNet's block tail (a 1x1 conv uint8 -> int8, the residual ADD with an int8 tensor, the
-    ReLU REQUANT to uint8) fuses into the conv and runs the narrow plan there; exact on every
-    kernel path, 1 and 2 threads, 72 channels (tails of the 32- and 16-lane steps)."""
+    """ResNet50's block tail (a 1x1 conv uint8 -> int8, the residual ADD with the previous block's
+    uint8 ReLU output, the ReLU REQUANT to uint8) fuses into the conv and runs its plan there:
+    a wide stage (split multipliers), then a narrow one; exact on every kernel path, 1 and 2
+    threads, 72 channels (tails of the 32- and 16-lane steps), either operand order."""
+    mr, mc, s = R50_ADD
+    m2, s2 = R50_RELU
+    spec = dict(at="uint8", bt="int8", ma=mr, mb=mc, s=s, lo=-128, hi=127, requant=1, m2=m2, s2=s2, lo2=0, hi2=255)
+    plan = native.add_narrow_plan(spec)
+    assert plan["wide"] and plan["two_stage"] and not plan["wide2"], plan
     rng = np.random.default_rng(5)
     b = EngineBuilder("block", 2)
     x = rng.integers(0, 256, (2, 9, 7, 40)).astype(np.uint8)
-    r = rng.integers(-128, 128, (2, 9, 7, 72)).astype(np.int8)
-    tx, tr = b.tensor("x", x.shape, "uint8", 0.05), b.tensor("r", r.shape, "int8", 0.1)
+    r = rng.integers(0, 256, (2, 9, 7, 72)).astype(np.uint8)
+    tx, tr = b.tensor("x", x.shape, "uint8", 0.05), b.tensor("r", r.shape, "uint8", 0.1)
     tc, ty = b.tensor("conv", r.shape, "int8", 0.12), b.tensor("sum", r.shape, "int8", 0.15)
     tq = b.tensor("relu", r.shape, "uint8", 0.08)
     w = rng.integers(-127, 128, (1, 1, 40, 72)).astype(np.int8)
     b.add("CONV2D", [tx], [tc], requant_consts(b, w, "uint8", np.full(72, 0.05 * 0.01 / 0.12), rng.integers(-999, 999, 72)),
           name="conv", strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), groups=1)
-    mc, mr = (int(round(sc / 0.15 * 2 ** 31)) for sc in (0.12, 0.1))
     b.add("ADD", [tc, tr] if conv_first else [tr, tc], [ty], name="add", multipliers=[mc, mr] if conv_first else [mr, mc],
-          shifts=[31])
-    m, s = quantize_multiplier(0.15 / 0.08, 128)
-    b.add("REQUANT", [ty], [tq], name="relu", multipliers=[m], shifts=[s], act_min=0)
+          shifts=[s])
+    b.add("REQUANT", [ty], [tq], name="relu", multipliers=[m2], shifts=[s2], act_min=0)
     b.set_io([tx, tr], [tq])
     eng = b.build()
     assert eng.narrow_adds() == ["add"]
-    assert_native_equals_reference(eng, [x, r], thread_counts=(1, 2))
+    ref = assert_native_equals_reference(eng, [x, r], thread_counts=(1, 2))
+    assert np.unique(ref[0]).size > 100
