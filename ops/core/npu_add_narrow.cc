@@ -141,7 +141,7 @@ Samples pair_samples(const AddSpec& f, bool add_only) {
 
 // One stage on one pair in the kernels' int32 steps (emulated in int64); false when a step
 // leaves int32 or a parameter its instruction (npu_add_narrow.h) cannot hold.
-bool stage_value(const NarrowStage& s, int64_t a, int64_t b, int64_t* q) {
+bool stage_value(const NarrowStage& s, int64_t a, int64_t b, int64_t* q, int64_t* unclamped = nullptr) {
   if (!fits16(s.lo) || !fits16(s.hi) || !fits16(a) || !fits16(b)) return false;
   int64_t r;
   if (!s.wide) {
@@ -156,6 +156,7 @@ bool stage_value(const NarrowStage& s, int64_t a, int64_t b, int64_t* q) {
     if (!fits32(P) || !fits32(Q) || !fits32(Qc) || !fits32(R)) return false;
     r = R >> (s.t - 16);
   }
+  if (unclamped) *unclamped = r;
   *q = clamp(r, s.lo, s.hi);
   return true;
 }
@@ -253,10 +254,11 @@ template <typename A, typename B, typename Y>
 void narrow_avx2(const AddNarrow& p, const A* a, const B* b, int64_t n, Y* y) {
   const Stage s1(p.s1), s2(p.s2);
   const NarrowStage& last = p.two_stage ? p.s2 : p.s1;
+  const bool clamp1 = p.s1.lo != -32768 || p.s1.hi != 32767;
   const __m256i lo = _mm256_set1_epi16(int16_t(last.lo)), hi = _mm256_set1_epi16(int16_t(last.hi));
   auto half = [&](__m256i pairs) {  // stage 2 reads the clamped int32 q as the int16 pair (q, sign): mb = 0
     const __m256i q = s1.apply(pairs);
-    return p.two_stage ? s2.apply(s1.clamp(q)) : q;
+    return p.two_stage ? s2.apply(clamp1 ? s1.clamp(q) : q) : q;
   };
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -297,10 +299,11 @@ template <typename A, typename B, typename Y>
 void narrow_avx512(const AddNarrow& p, const A* a, const B* b, int64_t n, Y* y) {
   const Stage s1(p.s1), s2(p.s2);
   const NarrowStage& last = p.two_stage ? p.s2 : p.s1;
+  const bool clamp1 = p.s1.lo != -32768 || p.s1.hi != 32767;
   const __m512i lo = _mm512_set1_epi16(int16_t(last.lo)), hi = _mm512_set1_epi16(int16_t(last.hi));
   auto half = [&](__m512i pairs) {
     const __m512i q = s1.apply(pairs);
-    return p.two_stage ? s2.apply(s1.clamp(q)) : q;
+    return p.two_stage ? s2.apply(clamp1 ? s1.clamp(q) : q) : q;
   };
   auto step = [&](__m512i va, __m512i vb) {  // 32 results as int16 in order, clamped
     __m512i r = _mm512_packs_epi32(half(_mm512_unpacklo_epi16(va, vb)), half(_mm512_unpackhi_epi16(va, vb)));
@@ -328,9 +331,12 @@ int64_t add_spec_one(const AddSpec& f, int64_t a, int64_t b) {
 }
 
 bool add_narrow_one(const AddNarrow& p, int64_t a, int64_t b, int64_t* y) {
-  int64_t q;
-  if (!stage_value(p.s1, a, b, &q)) return false;
-  if (p.two_stage && (p.s2.mb != 0 || !stage_value(p.s2, q, 0, &q))) return false;
+  int64_t q, r;
+  if (!stage_value(p.s1, a, b, &q, &r)) return false;
+  if (p.two_stage) {  // without stage 1's clamp (int16 bounds) the kernels pass r on: it must be int16
+    if (p.s1.lo == -32768 && p.s1.hi == 32767 && !fits16(r)) return false;
+    if (p.s2.mb != 0 || !stage_value(p.s2, q, 0, &q)) return false;
+  }
   *y = q;
   return true;
 }
@@ -370,6 +376,11 @@ bool search_plan(const AddSpec& f, AddNarrow* out) {
     }
   }
   if (!found || mismatches(p, f.at, f.bt, whole.y, nullptr, nullptr) != 0) return false;  // the proof by exhaustion
+  if (p.two_stage) {  // stage 1's clamp is often implied by stage 2's (a ReLU): drop it when still exact
+    AddNarrow q = p;
+    q.s1.lo = -32768, q.s1.hi = 32767;  // no clamp (kernels skip it); stage 2 checks q fits int16
+    if (mismatches(q, f.at, f.bt, whole.y, nullptr, nullptr) == 0) p = q;
+  }
   *out = p;
   return true;
 }

@@ -44,6 +44,7 @@ struct NarrowStage {
 
 // The plan: stage 1 on the pair, then (two_stage) stage 2 on its result with mb = 0; without a
 // second stage the REQUANT (if any) is folded into stage 1, whose clamp is then the final one.
+// Stage-1 bounds [-32768, 32767] before a stage 2 mean no clamp (the kernels skip it).
 struct AddNarrow {
   DType at = DType::kInt8, bt = DType::kInt8;  // the operand dtypes it was checked for
   NarrowStage s1, s2;
