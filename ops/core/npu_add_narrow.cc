@@ -51,13 +51,16 @@ void c_range(const Samples& s, T ma, T mb, int t, T* cmin, T* cmax) {
   T lo_c = kMin, hi_c = kMax;
   const T lo = T(s.lo), hi = T(s.hi), one = T(1) << t;
   const size_t n = s.y.size();
-  for (size_t i0 = 0; i0 < n && lo_c <= hi_c; i0 += 1024) {  // blocks: a failing candidate stops early
-    for (size_t i = i0; i < std::min(n, i0 + 1024); ++i) {
-      const T L = T(s.a[i]) * ma + T(s.b[i]) * mb, y = s.y[i];
-      lo_c = std::max(lo_c, y > lo ? y * one - L : kMin);
-      hi_c = std::min(hi_c, y < hi ? (y + 1) * one - 1 - L : kMax);
-    }
-  }
+  auto bound = [&](size_t i) {
+    const T L = T(s.a[i]) * ma + T(s.b[i]) * mb, y = s.y[i];
+    lo_c = std::max(lo_c, y > lo ? y * one - L : kMin);
+    hi_c = std::min(hi_c, y < hi ? (y + 1) * one - 1 - L : kMax);
+  };
+  // every 61st sample first (spread over the whole domain, where a wrong slope shows), then
+  // the rest in blocks: a failing candidate stops early
+  for (size_t i = 0; i < n && lo_c <= hi_c; i += 61) bound(i);
+  for (size_t i0 = 0; i0 < n && lo_c <= hi_c; i0 += 1024)
+    for (size_t i = i0; i < std::min(n, i0 + 1024); ++i) bound(i);
   *cmin = lo_c, *cmax = hi_c;
 }
 
@@ -131,8 +134,10 @@ Samples pair_samples(const AddSpec& f, bool add_only) {
   if (add_only) g.requant = false;
   Samples s;
   s.lo = g.requant ? g.lo2 : g.lo, s.hi = g.requant ? g.hi2 : g.hi;
-  for (int32_t a : codes_of(f.at))
-    for (int32_t b : codes_of(f.bt)) {
+  const std::vector<int32_t> as = codes_of(f.at), bs = codes_of(f.bt);
+  s.a.reserve(as.size() * bs.size()), s.b.reserve(as.size() * bs.size()), s.y.reserve(as.size() * bs.size());
+  for (int32_t a : as)
+    for (int32_t b : bs) {
       s.a.push_back(a), s.b.push_back(b);
       s.y.push_back(int32_t(add_spec_one(g, a, b)));
     }
@@ -161,19 +166,22 @@ bool stage_value(const NarrowStage& s, int64_t a, int64_t b, int64_t* q, int64_t
   return true;
 }
 
-// The pairs where p differs from `want` (f's values in pair_samples order, row-major (a, b)).
+// The pairs where p differs from `want` (f's values in pair_samples order, row-major (a, b));
+// with `stop`, 1 at the first one.
 int64_t mismatches(const AddNarrow& p, DType at, DType bt, const std::vector<int32_t>& want, int64_t* first_a,
-                   int64_t* first_b) {
+                   int64_t* first_b, bool stop = false) {
   int64_t bad = 0;
   size_t i = 0;
-  for (int64_t a = qmin(at); a <= qmax(at); ++a)
-    for (int64_t b = qmin(bt); b <= qmax(bt); ++b, ++i) {
+  const int64_t a0 = qmin(at), a1 = qmax(at), b0 = qmin(bt), b1 = qmax(bt);
+  for (int64_t a = a0; a <= a1; ++a)
+    for (int64_t b = b0; b <= b1; ++b, ++i) {
       int64_t y;
       if (add_narrow_one(p, a, b, &y) && y == want[i]) continue;
       if (bad++ == 0) {
         if (first_a) *first_a = a;
         if (first_b) *first_b = b;
       }
+      if (stop) return bad;
     }
   return bad;
 }
@@ -362,12 +370,12 @@ bool search_plan(const AddSpec& f, AddNarrow* out) {
     // two stages: the ADD alone, then the REQUANT on the ADD's codes that occur
     const Samples first = pair_samples(f, true);
     if (fit_stage(first, ra, rb, true, true, &p.s1)) {
-      std::vector<int32_t> seen = first.y;
-      std::sort(seen.begin(), seen.end());
-      seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+      std::vector<bool> seen(65536, false);  // stage 1's codes, in int16
+      for (int32_t v : first.y) seen[size_t(v + 32768)] = true;
       Samples second;
       second.lo = flo, second.hi = fhi;
-      for (int32_t v : seen) {
+      for (int32_t v = -32768; v <= 32767; ++v) {
+        if (!seen[size_t(v + 32768)]) continue;
         second.a.push_back(v), second.b.push_back(0);
         second.y.push_back(int32_t(clamp(round_shift(int64_t(v) * f.m2, f.s2), f.lo2, f.hi2)));
       }
@@ -375,12 +383,16 @@ bool search_plan(const AddSpec& f, AddNarrow* out) {
       found = fit_stage(second, r2, 0.0, false, true, &p.s2);
     }
   }
-  if (!found || mismatches(p, f.at, f.bt, whole.y, nullptr, nullptr) != 0) return false;  // the proof by exhaustion
-  if (p.two_stage) {  // stage 1's clamp is often implied by stage 2's (a ReLU): drop it when still exact
-    AddNarrow q = p;
-    q.s1.lo = -32768, q.s1.hi = 32767;  // no clamp (kernels skip it); stage 2 checks q fits int16
-    if (mismatches(q, f.at, f.bt, whole.y, nullptr, nullptr) == 0) p = q;
+  if (!found) return false;
+  // the proof by exhaustion; first without stage 1's clamp, which stage 2's often implies (a ReLU)
+  // and the kernels then skip (stage 2 requires the unclamped sum to fit int16)
+  AddNarrow q = p;
+  q.s1.lo = -32768, q.s1.hi = 32767;
+  if (p.two_stage && mismatches(q, f.at, f.bt, whole.y, nullptr, nullptr, true) == 0) {
+    *out = q;
+    return true;
   }
+  if (mismatches(p, f.at, f.bt, whole.y, nullptr, nullptr, true) != 0) return false;
   *out = p;
   return true;
 }
