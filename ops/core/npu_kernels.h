@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "core/npu_add.h"
+#include "core/npu_add_narrow.h"
 #include "core/npu_engine.h"
 
 namespace ratelnn {
@@ -78,8 +79,8 @@ void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout);
 // y = clamp(round_shift(c*mc + r*mr, s), lo, hi), then optionally
 // y = clamp(round_shift(y*m2, s2), lo2, hi2); only y is written to memory: the conv stages
 // each pixel tile's codes in a per-thread buffer and adds them while they are in cache.
-// In double when `f64` (the exact plan of npu_add.h), else in int64: the codes of the two
-// instructions run one by one.
+// With the narrow plan when `narrow` (npu_add_narrow.h), else in double when `f64` (the exact plan
+// of npu_add.h), else in int64: the codes of the two instructions run one by one.
 struct ConvAddStep {
   const uint8_t* residual;  // same shape as the conv output
   DType rt;
@@ -92,6 +93,8 @@ struct ConvAddStep {
   int64_t lo2, hi2;
   bool f64;
   AddF64 plan;  // a = the conv code, b = the residual code
+  bool narrow;  // 8-bit codes: the narrow plan (npu_add_narrow.h), a = the conv code, b = the residual
+  AddNarrow narrow_plan;
   uint8_t* y;   // the ADD's (or the REQUANT's) output
   DType yt;
 };
