@@ -48,12 +48,12 @@ def test_every_kernel_path_matches_the_reference(path, engine_and_input):
 
 def _depthwise_cases():
     """(engine, input) pairs aimed at the depthwise kernels: input widths 1..16 (the 8/4/2/1
-    column runs) and 37-45 at stride 2 (interior 8-pixel runs), strides 1 and 2, asymmetric
+    column runs) and 37-200 at stride 2 (interior 8-pixel runs), strides 1 and 2, asymmetric
     pads, kernel heights 3 and 4, channels off the 16-channel blocks and whole groups of 64
     (with a 16-channel tail: 144), int8/uint8/int16 activations with int8/int16 weights, batch 2, ReLU."""
     rng = np.random.default_rng(12)
     cases = []
-    for i, w in enumerate([*range(1, 17), 37, 40, 45]):
+    for i, w in enumerate([*range(1, 17), 37, 40, 45, 200]):  # 200: one output row, blocks split over 2 threads
         xdt = ("int8", "uint8", "int16")[i % 3]
         wdt = "int16" if i % 5 == 4 and xdt != "int16" else "int8"
         c, kh, s = (20, 48, 65, 64, 144)[i % 5], 3 + i % 2, 2 if w > 16 else 1 + (i // 3) % 2
