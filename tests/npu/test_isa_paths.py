@@ -50,13 +50,14 @@ def _depthwise_cases():
     """(engine, input) pairs aimed at the depthwise kernels: input widths 1..16 (the 8/4/2/1
     column runs) and 37-200 at stride 2 (interior 8-pixel runs), strides 1 and 2, asymmetric
     pads, kernel heights 3 and 4, channels off the 16-channel blocks and whole groups of 64
-    (with a 16-channel tail: 144), int8/uint8/int16 activations with int8/int16 weights, batch 2, ReLU."""
+    (with a 16-channel tail: 144; 32 at stride 1: pixel pairs, odd widths), int8/uint8/int16
+    activations with int8/int16 weights, batch 2, ReLU."""
     rng = np.random.default_rng(12)
     cases = []
-    for i, w in enumerate([*range(1, 17), 37, 40, 45, 200]):  # 200: one output row, blocks split over 2 threads
-        xdt = ("int8", "uint8", "int16")[i % 3]
+
+    def case(i, w, xdt, c, s):
         wdt = "int16" if i % 5 == 4 and xdt != "int16" else "int8"
-        c, kh, s = (20, 48, 65, 64, 144)[i % 5], 3 + i % 2, 2 if w > 16 else 1 + (i // 3) % 2
+        kh = 3 + i % 2
         pads = (i % 2, (i // 2) % 2, (i // 4) % 2, 1 - i % 2)
         h, w = max(kh - pads[0] - pads[1], 2 + i % 3), max(w, 3 - pads[2] - pads[3])
         oh, ow = (h + pads[0] + pads[1] - kh) // s + 1, (w + pads[2] + pads[3] - 3) // s + 1
@@ -70,6 +71,11 @@ def _depthwise_cases():
               strides=(s, s), dilations=(1, 1), pads=pads, groups=c, act_min=0 if i % 4 == 0 else None)
         b.set_io([tx], [ty])
         cases.append((b.build(), x))
+
+    for i, w in enumerate([*range(1, 17), 37, 40, 45, 200]):  # 200: one output row, blocks split over 2 threads
+        case(i, w, ("int8", "uint8", "int16")[i % 3], (20, 48, 65, 64, 144, 32, 32)[i % 7], 2 if w > 16 else 1 + (i // 3) % 2)
+    case(6, 16, "int8", 32, 1)  # 32 channels, odd output widths (15, 15): the pairs' last pixel
+    case(13, 15, "uint8", 32, 1)
     return cases
 
 
