@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <utility>
 #include <vector>
 
 namespace ratelnn {
@@ -21,7 +20,6 @@ constexpr int kMaxWorkers = 64;
 // machine) leaves its unstarted chunks to the others instead of stalling the whole call.
 constexpr int kChunksPerThread = 4;
 thread_local bool t_inside_pool_task = false;
-thread_local const Schedule* t_schedule = nullptr;  // set by a ScopedExecutor on this thread
 
 // One parallel_for call: its chunks, the next chunk to hand out, a countdown of unfinished
 // chunks, the first error.
@@ -101,21 +99,7 @@ class Pool {
   }
 };
 
-// A helper task handed to a ScopedExecutor's threads: chunks of `job` until none is left.
-void help(Job& job) {
-  const bool was_inside = t_inside_pool_task;
-  t_inside_pool_task = true;  // nested parallel_for inside f runs inline
-  job.drain();
-  t_inside_pool_task = was_inside;
-}
-
 }  // namespace
-
-ScopedExecutor::ScopedExecutor(Schedule schedule) : schedule_(std::move(schedule)), outer_(t_schedule) {
-  t_schedule = &schedule_;
-}
-
-ScopedExecutor::~ScopedExecutor() { t_schedule = outer_; }
 
 void parallel_for(int64_t total, int threads, const std::function<void(int64_t, int64_t)>& f) {
   if (total <= 0) return;
@@ -132,19 +116,12 @@ void parallel_for(int64_t total, int threads, const std::function<void(int64_t, 
   job->chunk = (total + chunks - 1) / chunks;
   job->chunks = int((total + job->chunk - 1) / job->chunk);
   job->remaining = job->chunks;
-  const Schedule* schedule = t_schedule;
-  if (schedule != nullptr) {
-    try {  // a helper that cannot be handed out leaves its chunks to the caller
-      for (int k = 0; k < helpers; ++k) (*schedule)([job] { help(*job); });
-    } catch (...) {
-    }
-  } else {
-    Pool::get().submit(job, helpers);
-  }
+  Pool& pool = Pool::get();
+  pool.submit(job, helpers);
   bool was_inside = t_inside_pool_task;
   t_inside_pool_task = true;  // nested parallel_for inside f runs inline
   job->drain();
-  if (schedule == nullptr) Pool::get().withdraw(job.get());
+  pool.withdraw(job.get());
   t_inside_pool_task = was_inside;
   {
     std::unique_lock<std::mutex> lock(job->mu);

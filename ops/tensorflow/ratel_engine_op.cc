@@ -14,9 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,7 +24,6 @@
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
 #include "core/npu_io.h"
-#include "core/npu_threads.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -179,14 +176,9 @@ class RatelEngineOp : public OpKernel {
       out_sizes.push_back(int64_t(y->tensor_data().size()));
     }
     if (batch == 0) return;
-    // The kernels' helper tasks go to TF's intra-op pool (docs/architecture.md §7): no
-    // threads of our own compete with TF's for the cores.
-    const DeviceBase::CpuWorkerThreads* workers = ctx->device()->tensorflow_cpu_worker_threads();
+    const int threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
     try {
-      npu::ScopedExecutor on_tf_threads([pool = workers->workers](std::function<void()> task) {
-        pool->Schedule(std::move(task));
-      });
-      npu::run_engine_set(set_, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, std::max(workers->num_threads, 1));
+      npu::run_engine_set(set_, batch, in_ptrs, in_sizes, out_ptrs, out_sizes, std::max(threads, 1));
     } catch (const std::exception& e) {
       ctx->CtxFailure(InvalidArgument(e.what()));
       return;
