@@ -10,14 +10,14 @@ import pytest
 
 from ratelnn._build import OPS_DIR, build_library
 
-from helpers.paths import TESTS
+from helpers.paths import HELPERS
 
 TOTAL = 64
 
 
 @pytest.fixture(scope="module")
 def probe():
-    path = build_library("parallel_for_probe", [TESTS / "helpers" / "parallel_for_probe.cc",
+    path = build_library("parallel_for_probe", [HELPERS / "parallel_for_probe.cc",
                                                 OPS_DIR / "core" / "npu_threads.cc"], link_flags=["-pthread"])
     fn = ctypes.CDLL(str(path)).ratelnn_probe_parallel_for
     fn.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
