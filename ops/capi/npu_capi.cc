@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/npu_add_narrow.h"
 #include "core/npu_engine.h"
 #include "core/npu_exec.h"
 #include "core/npu_format.h"
@@ -131,6 +132,71 @@ int ratel_npu_engine_check_size(void* engine, int64_t batch, int64_t max_tensor_
   } catch (...) {
     return report("unknown error while checking engine sizes", err, err_len);
   }
+}
+
+// ---- the narrow ADD path (npu_add_narrow.h), for tests and benchmarks
+// spec: {at, bt, ma, mb, s, lo, hi, requant, m2, s2, lo2, hi2} (dtypes as engine.proto numbers;
+// SUB: mb negated); plan: {ma, mb, c, t, wide, lo, hi, two_stage, m2, c2, t2, wide2, lo2, hi2}
+// (NarrowStage s1, then s2 with mb = 0).
+namespace {
+bool read_spec(const int64_t* v, ratelnn::npu::AddSpec* f) {
+  using ratelnn::npu::DType;
+  auto is8 = [](int64_t t) { return t == int64_t(DType::kInt8) || t == int64_t(DType::kUInt8); };
+  auto m31 = [](int64_t m) { return m > -(int64_t(1) << 31) && m < (int64_t(1) << 31); };
+  if (!is8(v[0]) || !is8(v[1]) || !m31(v[2]) || !m31(v[3]) || v[4] < 0 || v[4] > 62 || !m31(v[8]) || v[9] < 0 ||
+      v[9] > 62 || v[5] > v[6] || v[10] > v[11] || !m31(v[5]) || !m31(v[6]) || !m31(v[10]) || !m31(v[11]))
+    return false;
+  f->at = DType(v[0]), f->bt = DType(v[1]), f->ma = v[2], f->mb = v[3], f->s = int(v[4]), f->lo = v[5], f->hi = v[6];
+  f->requant = v[7] != 0, f->m2 = v[8], f->s2 = int(v[9]), f->lo2 = v[10], f->hi2 = v[11];
+  return true;
+}
+}  // namespace
+
+// 1 and the plan in plan[0..14) when narrow parameters equal to spec on every pair exist, 0 when
+// not, -1 for a spec outside the bounds (8-bit operands, |multipliers| < 2^31, shifts 0..62).
+int ratel_npu_add_narrow_plan(const int64_t* spec, int64_t* plan) {
+  ratelnn::npu::AddSpec f;
+  ratelnn::npu::AddNarrow p;
+  if (!read_spec(spec, &f)) return -1;
+  if (!ratelnn::npu::add_narrow_plan(f, &p)) return 0;
+  const int64_t v[14] = {p.s1.ma, p.s1.mb, p.s1.c, p.s1.t, p.s1.wide, p.s1.lo, p.s1.hi,
+                         p.two_stage, p.s2.ma, p.s2.c, p.s2.t, p.s2.wide, p.s2.lo, p.s2.hi};
+  std::memcpy(plan, v, sizeof(v));
+  return 1;
+}
+
+// The code pairs where plan differs from spec (the exhaustive check of npu_add_narrow.h), the
+// first one in first[0..2); -1 for a bad spec or plan values beyond int32.
+int64_t ratel_npu_add_narrow_mismatches(const int64_t* spec, const int64_t* plan, int64_t* first) {
+  ratelnn::npu::AddSpec f;
+  if (!read_spec(spec, &f)) return -1;
+  for (int k = 0; k < 14; ++k)
+    if (plan[k] < INT32_MIN || plan[k] > INT32_MAX) return -1;
+  ratelnn::npu::AddNarrow p;
+  p.at = f.at, p.bt = f.bt, p.requant = f.requant;
+  auto stage = [](const int64_t* v, int64_t mb, ratelnn::npu::NarrowStage* s) {
+    s->ma = int32_t(v[0]), s->mb = int32_t(mb), s->c = int32_t(v[1]), s->t = int(v[2]), s->wide = v[3] != 0;
+    s->lo = int32_t(v[4]), s->hi = int32_t(v[5]);
+  };
+  const int64_t s1[6] = {plan[0], plan[2], plan[3], plan[4], plan[5], plan[6]};
+  stage(s1, plan[1], &p.s1);
+  p.two_stage = plan[7] != 0;
+  stage(plan + 8, 0, &p.s2);
+  return ratelnn::npu::add_narrow_mismatches(p, f, &first[0], &first[1]);
+}
+
+// The indices of the engine's ADD/SUB instructions that run the narrow path (npu_add_narrow.h),
+// the first `cap` of them into indices; returns how many there are.
+int64_t ratel_npu_engine_narrow_adds(void* engine, int32_t* indices, int64_t cap) {
+  if (!engine) return -1;
+  const Engine& e = *static_cast<Engine*>(engine);
+  int64_t n = 0;
+  for (size_t k = 0; k < e.instructions.size(); ++k)
+    if (e.instructions[k].narrow) {
+      if (n < cap) indices[n] = int32_t(k);
+      ++n;
+    }
+  return n;
 }
 
 // The engine.proto schema the C++ reader is written against (core/npu_format.h), one

@@ -36,6 +36,13 @@ inline int64_t qabs_of(DType t) { return std::max(-qmin(t), qmax(t)); }
 // Position of lane i (0..7) of vpunpck half h in a block of 16 channels.
 inline int dw_channel(int h, int i) { return i < 4 ? i + 4 * h : i + 4 + 4 * h; }
 
+// The stem layout of the dot-product GEMM (npu_kernels.h, "stem rows"): few input channels
+// (groups 1, cg <= 4), a kernel wider than 1x1, dilation 1 across; the same predicate at load
+// (packing) and at run time (dispatch).
+inline bool stem_rows(int64_t kh, int64_t kw, int64_t cg, int64_t groups, int64_t dw) {
+  return groups == 1 && cg <= 4 && kh * kw > 1 && dw == 1;
+}
+
 // Largest even number of k values whose int32 sum of products cannot overflow.
 int64_t chunk_pairs_for(DType x, DType w) { return std::max<int64_t>(1, (int64_t(INT32_MAX) / (qabs_of(x) * qabs_of(w))) / 2); }
 
@@ -132,6 +139,18 @@ void pack_dw_quads(Instruction& ins, const ConstDesc& w, DType x, int64_t kh, in
   }
 }
 
+// packed_quads in the stem layout: [nblocks][kh * qr][16 channels][4], qr = ceil(kw * cg / 4)
+// quads per kernel row, the row's kw * cg values (kx, ci) first, zero weights after them.
+void pack_stem_quads(Instruction& ins, const ConstDesc& w, int64_t kh, int64_t kw, int64_t cg, int64_t cout) {
+  const int64_t run = kw * cg, qr = ceil_div(run, 4), nblocks = ceil_div(cout, kNR);
+  ins.packed_quads.assign(nblocks * kh * qr * 64, 0);
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t i = 0; i < run; ++i)
+        ins.packed_quads[(((o / kNR) * kh + ky) * qr + i / 4) * 64 + (o % kNR) * 4 + i % 4] =
+            int8_t(w.at((ky * run + i) * cout + o));
+}
+
 }  // namespace
 
 ConvPath conv_path(DType x, DType w, int64_t cg, int64_t groups, bool wide) {
@@ -176,6 +195,8 @@ void pack_conv_weights(Instruction& ins, const ConstDesc& w, DType x, int64_t kh
           ins.quad_correction[o] = int32_t(-128 * sum);  // |128 * sum| <= K * 2^14 < 2^31 (not wide)
         }
       }
+      const int64_t dw = ins.attrs.dilations.size() == 2 ? ins.attrs.dilations[1] : 1;
+      if (stem_rows(kh, kw, cg, groups, dw)) pack_stem_quads(ins, w, kh, kw, cg, cout);
     }
   } else if (path == ConvPath::kDepthwise) {
     const int64_t taps = kh * kw, tap_pairs = ceil_div(taps, 2), blocks = ceil_div(cout, kNR);

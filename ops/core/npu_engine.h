@@ -41,6 +41,8 @@ int64_t qmax(DType t);
 const char* dtype_name(DType t);
 const char* opcode_name(Opcode op);
 
+struct AddNarrow;  // npu_add_narrow.h
+
 struct TensorDesc {
   std::string name;
   std::vector<int64_t> shape;  // shape[0] is the batch (Engine::batch_size as stored)
@@ -94,6 +96,10 @@ struct Instruction {
   // it), -1 for none; `fused` marks the ADD/REQUANT so computed, which the executor skips.
   int fused_add = -1, fused_requant = -1;
   bool fused = false;
+  // ADD/SUB of same-shape 8-bit codes into 8-bit codes: the narrow integer parameters found and
+  // checked on every code pair at load (plan_fusions; npu_add_narrow.h), for the instruction with
+  // the REQUANT that the executor runs in the same pass when there is one; null otherwise.
+  std::shared_ptr<const AddNarrow> narrow;
 };
 
 struct Engine {

@@ -14,6 +14,7 @@
 #include <new>
 
 #include "core/npu_add.h"
+#include "core/npu_add_narrow.h"
 #include "core/npu_kernels.h"
 #include "core/npu_threads.h"
 
@@ -330,6 +331,8 @@ class Runner {
       st.m2 = int32_t(then->attrs.multipliers[0]), st.s2 = int(then->attrs.shifts[0]), st.lo2 = then->lo, st.hi2 = then->hi;
     st.f64 = add_f64_plan(qabs(dt(c)), qabs(st.rt), st.mc, st.mr, st.s, st.lo, st.hi, &st.plan) &&
              (then == nullptr || add_f64_then(st.m2, st.s2, st.lo2, st.hi2, &st.plan));
+    st.narrow = add.narrow && add.narrow->requant == (then != nullptr);  // checked at load (plan_fusions)
+    if (st.narrow) st.narrow_plan = conv_first ? *add.narrow : add_narrow_swapped(*add.narrow);
     const int z = (then != nullptr ? then : &add)->outputs[0];
     st.y = out(z), st.yt = dt(z);
     return st;
@@ -396,10 +399,16 @@ class Runner {
                                   &plan) &&
                      (then == nullptr || add_f64_then(then->attrs.multipliers[0], int(then->attrs.shifts[0]), then->lo,
                                                       then->hi, &plan));
+    // 8-bit codes: the narrow plan checked at load for this instruction and `then` (npu_add_narrow.h)
+    const AddNarrow* narrow =
+        ins.narrow && ins.narrow->requant == (then != nullptr) && pa == total && pb == total ? ins.narrow.get() : nullptr;
     if (pa > 0 && pb > 0) {  // vectorised: rows of kChunk elements
       const bool whole = f64 && pa == total && pb == total;  // same-shape operands: codes in, codes out
       const int ia = itemsize(a.dtype), ib = itemsize(b.dtype), iy = itemsize(yt);
       for_chunks(total, [&](int64_t start, int64_t count, int32_t* va, int32_t* vb, int32_t* r) {
+        if (narrow != nullptr && add_narrow_codes(*narrow, a.data + start * ia, a.dtype, b.data + start * ib, b.dtype,
+                                                  count, y + start * iy, yt))
+          return;
         if (whole && add_f64_codes(plan, a.data + start * ia, a.dtype, b.data + start * ib, b.dtype, count,
                                    y + start * iy, yt))
           return;
@@ -663,17 +672,10 @@ class Runner {
   }
 };
 
-}  // namespace
-
-void plan_fusions(Engine& e) {
+// The conv + ADD (+ REQUANT) fusions of plan_fusions.
+void plan_conv_adds(Engine& e, const std::vector<int>& producer, const std::vector<int>& readers,
+                    const std::vector<bool>& is_output) {
   const size_t n = e.instructions.size();
-  std::vector<int> producer(e.tensors.size(), -1), readers(e.tensors.size(), 0);
-  std::vector<bool> is_output(e.tensors.size(), false);
-  for (int id : e.outputs) is_output[id] = true;
-  for (size_t k = 0; k < n; ++k) {
-    for (int id : e.instructions[k].outputs) producer[id] = int(k);
-    for (int id : e.instructions[k].inputs) ++readers[id];
-  }
   for (size_t j = 0; j < n; ++j) {
     Instruction& add = e.instructions[j];
     if (add.opcode != Opcode::kAdd || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
@@ -698,6 +700,57 @@ void plan_fusions(Engine& e) {
         q.fused = true;
       }
     }
+  }
+}
+
+// The narrow plan (npu_add_narrow.h) of ADD/SUB `add`, with the REQUANT `then` (or null) the
+// executor runs in the same pass: same-shape tensor operands, 8-bit codes in and out.
+void plan_narrow_add(const Engine& e, Instruction& add, const Instruction* then) {
+  if ((add.opcode != Opcode::kAdd && add.opcode != Opcode::kSub) || add.inputs.size() != 2 || !add.consts.empty())
+    return;
+  const TensorDesc &ta = e.tensors[add.inputs[0]], &tb = e.tensors[add.inputs[1]], &tz = e.tensors[add.outputs[0]];
+  const int y = (then != nullptr ? then : &add)->outputs[0];
+  const DType yt = e.tensors[y].dtype;
+  if (ta.shape != tz.shape || tb.shape != tz.shape || (yt != DType::kInt8 && yt != DType::kUInt8)) return;
+  AddSpec f;
+  f.at = ta.dtype, f.bt = tb.dtype;
+  f.ma = add.attrs.multipliers[0];
+  f.mb = add.opcode == Opcode::kAdd ? add.attrs.multipliers[1] : -add.attrs.multipliers[1];
+  f.s = int(add.attrs.shifts[0]), f.lo = add.lo, f.hi = add.hi;
+  if (then != nullptr) {
+    f.requant = true;
+    f.m2 = then->attrs.multipliers[0], f.s2 = int(then->attrs.shifts[0]), f.lo2 = then->lo, f.hi2 = then->hi;
+  }
+  AddNarrow p;
+  if (add_narrow_plan(f, &p)) add.narrow = std::make_shared<const AddNarrow>(p);
+}
+
+}  // namespace
+
+void plan_fusions(Engine& e) {
+  const size_t n = e.instructions.size();
+  std::vector<int> producer(e.tensors.size(), -1), readers(e.tensors.size(), 0);
+  std::vector<bool> is_output(e.tensors.size(), false);
+  for (int id : e.outputs) is_output[id] = true;
+  for (size_t k = 0; k < n; ++k) {
+    for (int id : e.instructions[k].outputs) producer[id] = int(k);
+    for (int id : e.instructions[k].inputs) ++readers[id];
+  }
+  plan_conv_adds(e, producer, readers, is_output);
+  std::vector<int> fused_by(n, -1);  // the conv whose epilogue runs ADD j
+  for (size_t k = 0; k < n; ++k)
+    if (e.instructions[k].fused_add >= 0) fused_by[e.instructions[k].fused_add] = int(k);
+  for (size_t j = 0; j < n; ++j) {  // the REQUANT run with ADD j: as Runner::fusable_requant / conv()
+    const Instruction* then = nullptr;
+    if (fused_by[j] >= 0) {
+      const int q = e.instructions[fused_by[j]].fused_requant;
+      then = q >= 0 ? &e.instructions[q] : nullptr;
+    } else if (j + 1 < n) {
+      const Instruction& q = e.instructions[j + 1];
+      const int z = e.instructions[j].outputs[0];
+      if (q.opcode == Opcode::kRequant && q.inputs[0] == z && readers[z] == 1 && !is_output[z]) then = &q;
+    }
+    plan_narrow_add(e, e.instructions[j], then);
   }
 }
 

@@ -15,7 +15,9 @@ namespace npu {
 // CONV2D on the GEMM path whose output only the ADD after it reads, the ADD's other operand
 // being computed earlier, runs that ADD (and the REQUANT after it, when it alone reads the
 // sum) in its epilogue: Instruction::fused_add / fused_requant / fused.  Same bits as
-// running them one by one; the engine's instructions are unchanged.
+// running them one by one; the engine's instructions are unchanged.  Also the narrow plan of
+// each ADD/SUB of 8-bit codes with the REQUANT run in its pass (Instruction::narrow,
+// npu_add_narrow.h), checked on every code pair.
 void plan_fusions(Engine& e);
 
 // Bytes of engine tensor `tensor_id` at run-time batch `batch`.

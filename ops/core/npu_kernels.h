@@ -15,6 +15,10 @@
 //   (u8 x s8, four products per int32 lane); int8 activations enter as x + 128 (a u8) and
 //   quad_correction[o] = -128 * sum_k w[k][o] restores the sum.  The avx512_vnni path uses
 //   them (docs/npu-arithmetic.md, "Kernel paths" gives the exactness argument).
+//   Stem rows (groups 1, cg <= 4, kh * kw > 1, dilation 1 across: MobileNetV2's and ResNet50's
+//   first convs): packed_quads instead int8 [ceil(cout/16)][kh][qr][16 channels][4],
+//   qr = ceil(kw * cg / 4), each kernel row's kw * cg values (kx, ci) then zero weights, so
+//   the kernel reads each row's quads straight from a zero-padded u8 copy of x (no im2col).
 // - kDepthwise (cg == 1, groups > 1, not wide): per output pixel, 16 channels at a time, two
 //   taps per vpmaddwd.  packed_weights: int16 [ceil(Cout/16)][ceil(kh*kw/2)][2 halves][8][2 taps]
 //   (half 0 = channels 0-3, 8-11 of the block, half 1 = 4-7, 12-15: the vpunpck order), zero padded.
@@ -26,7 +30,7 @@
 //   or two ymm (docs/architecture.md §17).  8-bit x with int8 weights, kh <= 4, kw = 3, on a CPU
 //   with AVX-512 VNNI: also packed_quads, int8 [ceil(Cout/16)][3 kx][16 channels][4 ky] (ky >= kh
 //   zero) and quad_correction, int32 [ceil(Cout/16) * 16]: -128 * sum(w) for int8 x, else 0, for
-//   the stride-1 vpdpbusd runs.
+//   the vpdpbusd runs (strides 1-2).
 // - kScalar (int16 activations with int16 weights, or wide depthwise): plain loops over the
 //   HWIO constant; packed_weights is empty.
 #pragma once
@@ -34,6 +38,7 @@
 #include <cstdint>
 
 #include "core/npu_add.h"
+#include "core/npu_add_narrow.h"
 #include "core/npu_engine.h"
 
 namespace ratelnn {
@@ -78,8 +83,8 @@ void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout);
 // y = clamp(round_shift(c*mc + r*mr, s), lo, hi), then optionally
 // y = clamp(round_shift(y*m2, s2), lo2, hi2); only y is written to memory: the conv stages
 // each pixel tile's codes in a per-thread buffer and adds them while they are in cache.
-// In double when `f64` (the exact plan of npu_add.h), else in int64: the codes of the two
-// instructions run one by one.
+// With the narrow plan when `narrow` (npu_add_narrow.h), else in double when `f64` (the exact plan
+// of npu_add.h), else in int64: the codes of the two instructions run one by one.
 struct ConvAddStep {
   const uint8_t* residual;  // same shape as the conv output
   DType rt;
@@ -92,6 +97,8 @@ struct ConvAddStep {
   int64_t lo2, hi2;
   bool f64;
   AddF64 plan;  // a = the conv code, b = the residual code
+  bool narrow;  // 8-bit codes: the narrow plan (npu_add_narrow.h), a = the conv code, b = the residual
+  AddNarrow narrow_plan;
   uint8_t* y;   // the ADD's (or the REQUANT's) output
   DType yt;
 };

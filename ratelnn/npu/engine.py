@@ -115,6 +115,11 @@ class Engine:
     def instructions(self):
         return self.proto.instructions
 
+    def narrow_adds(self) -> List[str]:
+        """Names of the ADD/SUB instructions the native executor runs on its narrow 8-bit path
+        (integer parameters checked on every code pair at load; docs/npu-arithmetic.md)."""
+        return [self.proto.instructions[k].name for k in self._native.narrow_adds()]
+
     @property
     def format_version(self) -> Tuple[int, int]:
         return (self.proto.format_version.major, self.proto.format_version.minor)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import oplib
 from .._build import OPS_DIR, build_library
-from .format import EngineError
+from .format import DTYPE_CODES, EngineError
 
 _ERR_LEN = 4096
 _lib = None
@@ -75,6 +75,13 @@ def _load():
             lib.ratelnn_isa_supported.restype = ctypes.c_int
             lib.ratelnn_isa_set.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
             lib.ratelnn_isa_set.restype = ctypes.c_int
+            i64p = ctypes.POINTER(ctypes.c_int64)
+            lib.ratel_npu_add_narrow_plan.argtypes = [i64p, i64p]
+            lib.ratel_npu_add_narrow_plan.restype = ctypes.c_int
+            lib.ratel_npu_add_narrow_mismatches.argtypes = [i64p, i64p, i64p]
+            lib.ratel_npu_add_narrow_mismatches.restype = ctypes.c_int64
+            lib.ratel_npu_engine_narrow_adds.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64]
+            lib.ratel_npu_engine_narrow_adds.restype = ctypes.c_int64
             _lib = lib
     return _lib
 
@@ -122,6 +129,45 @@ def force_isa(name: str) -> Iterator[str]:
         yield name
     finally:
         set_isa(previous)
+
+
+# The narrow ADD path (ops/core/npu_add_narrow.h): the function of a spec, and the parameters of a plan.
+NARROW_SPEC = ("at", "bt", "ma", "mb", "s", "lo", "hi", "requant", "m2", "s2", "lo2", "hi2")
+NARROW_PLAN = ("ma", "mb", "c", "t", "wide", "lo", "hi", "two_stage", "m2", "c2", "t2", "wide2", "lo2", "hi2")
+
+
+def _narrow_spec(spec: dict):
+    """``spec`` (keys of :data:`NARROW_SPEC`; ``at``/``bt`` dtype names, ``requant`` and its keys
+    optional) as the C array; raises :class:`EngineError` for a missing key."""
+    full = {"requant": 0, "m2": 0, "s2": 0, "lo2": 0, "hi2": 0, **spec}
+    missing = [k for k in NARROW_SPEC if k not in full]
+    if missing:
+        raise EngineError(f"narrow ADD spec: missing keys {missing}")
+    full["at"], full["bt"] = DTYPE_CODES[np.dtype(full["at"])], DTYPE_CODES[np.dtype(full["bt"])]
+    return (ctypes.c_int64 * 12)(*[int(full[k]) for k in NARROW_SPEC])
+
+
+def add_narrow_plan(spec: dict) -> Optional[dict]:
+    """The narrow parameters the native executor derives at load for the ADD (+ REQUANT) ``spec``
+    (``{"at", "bt": 8-bit dtype names, "ma", "mb" (SUB: negated), "s", "lo", "hi"}`` and, for a
+    fused REQUANT, ``requant=1, m2, s2, lo2, hi2``), checked on every code pair; ``None`` when
+    there are none (the executor then keeps its double/int64 path)."""
+    plan = (ctypes.c_int64 * 14)()
+    rc = _load().ratel_npu_add_narrow_plan(_narrow_spec(spec), plan)
+    if rc < 0:
+        raise EngineError(f"narrow ADD spec out of bounds: {spec}")
+    return dict(zip(NARROW_PLAN, [int(v) for v in plan])) if rc == 1 else None
+
+
+def add_narrow_mismatches(spec: dict, plan: dict) -> Tuple[int, Optional[Tuple[int, int]]]:
+    """The exhaustive check of the native executor: how many code pairs (a, b) ``plan`` (keys of
+    :data:`NARROW_PLAN`) gets wrong against ``spec``, and the first such pair (None if none)."""
+    first = (ctypes.c_int64 * 2)(0, 0)
+    values = (ctypes.c_int64 * 14)(*[int(plan[k]) for k in NARROW_PLAN])
+    bad = _load().ratel_npu_add_narrow_mismatches(_narrow_spec(spec), values, first)
+    if bad < 0:
+        raise EngineError(f"narrow ADD spec or plan out of bounds: {spec}, {plan}")
+    return int(bad), ((int(first[0]), int(first[1])) if bad else None)
 
 
 class NativeEngine:
@@ -181,6 +227,13 @@ class NativeEngine:
         if rc != 0:
             raise EngineError(err.value.decode(errors="replace"))
         return results
+
+    def narrow_adds(self) -> List[int]:
+        """Indices of the ADD/SUB instructions that run the narrow 8-bit path (checked at load)."""
+        n = self._lib.ratel_npu_engine_narrow_adds(self._handle, None, 0)
+        out = (ctypes.c_int32 * max(n, 1))()
+        self._lib.ratel_npu_engine_narrow_adds(self._handle, out, n)
+        return [int(v) for v in out[:n]]
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None):

@@ -47,15 +47,17 @@ def test_every_kernel_path_matches_the_reference(path, engine_and_input):
 
 
 def _depthwise_cases():
-    """(engine, input) pairs aimed at the depthwise kernels: output widths 1..16 (the 8/4/2/1
-    column runs), strides 1 and 2, asymmetric pads, kernel heights 3 and 4, channels off the
-    16-channel blocks, int8/uint8/int16 activations with int8/int16 weights, batch 2, ReLU."""
+    """(engine, input) pairs aimed at the depthwise kernels: input widths 1..16 (the 8/4/2/1
+    column runs) and 37-200 at stride 2 (interior 8-pixel runs), strides 1 and 2, asymmetric
+    pads, kernel heights 3 and 4, channels off the 16-channel blocks and whole groups of 64
+    (with a 16-channel tail: 144; 32 at stride 1: pixel pairs, odd widths), int8/uint8/int16
+    activations with int8/int16 weights, batch 2, ReLU."""
     rng = np.random.default_rng(12)
     cases = []
-    for i, w in enumerate(range(1, 17)):
-        xdt = ("int8", "uint8", "int16")[i % 3]
+
+    def case(i, w, xdt, c, s):
         wdt = "int16" if i % 5 == 4 and xdt != "int16" else "int8"
-        c, kh, s = (20, 48, 65)[i % 3], 3 + i % 2, 1 + (i // 3) % 2
+        kh = 3 + i % 2
         pads = (i % 2, (i // 2) % 2, (i // 4) % 2, 1 - i % 2)
         h, w = max(kh - pads[0] - pads[1], 2 + i % 3), max(w, 3 - pads[2] - pads[3])
         oh, ow = (h + pads[0] + pads[1] - kh) // s + 1, (w + pads[2] + pads[3] - 3) // s + 1
@@ -69,13 +71,18 @@ def _depthwise_cases():
               strides=(s, s), dilations=(1, 1), pads=pads, groups=c, act_min=0 if i % 4 == 0 else None)
         b.set_io([tx], [ty])
         cases.append((b.build(), x))
+
+    for i, w in enumerate([*range(1, 17), 37, 40, 45, 200]):  # 200: one output row, blocks split over 2 threads
+        case(i, w, ("int8", "uint8", "int16")[i % 3], (20, 48, 65, 64, 144, 32, 32)[i % 7], 2 if w > 16 else 1 + (i // 3) % 2)
+    case(6, 16, "int8", 32, 1)  # 32 channels, odd output widths (15, 15): the pairs' last pixel
+    case(13, 15, "uint8", 32, 1)
     return cases
 
 
 @pytest.mark.parametrize("path", ISA_PATHS)
 def test_depthwise_on_every_kernel_path(path):
     """Depthwise convs forced onto each path this CPU has (AVX-512 VNNI: the vpdpbusd column
-    runs; AVX2/AVX-512: the int32-lane runs; portable: the padded copy), 1 and 2 threads,
+    runs, strides 1 and 2; AVX2/AVX-512: the int32-lane runs; portable: the padded copy), 1 and 2 threads,
     bit-exact with the reference; a path the CPU lacks is reported as not run."""
     if path not in supported_isas():
         pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
@@ -88,6 +95,54 @@ def test_depthwise_on_every_kernel_path(path):
                 np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
         distinct += np.unique(ref).size > 8
     assert distinct >= 12  # the outputs are not saturated constants
+
+
+def _stem_cases():
+    """(engine, input) pairs aimed at the stem convs (few input channels, groups 1; on AVX-512
+    VNNI read as kernel-row quads from a padded u8 copy, no im2col): Cin 1-4, kernels 3x3,
+    7x7 (K = 147), 5x3 and 2x2, strides 1-2, a dilation, odd widths, asymmetric pads,
+    channels off the 16-channel blocks, int8/uint8/int16 activations, batch 1-3, the fused
+    16-lane epilogue and the int64-lane one (leaky ReLU), ReLU."""
+    rng = np.random.default_rng(5)
+    cases = []
+    # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, x dtype, batch, leaky)
+    for i, (cin, kh, kw, s, d, pads, h, w, cout, xdt, n, leaky) in enumerate([
+            (3, 3, 3, 2, 1, (0, 1, 0, 1), 15, 17, 32, "int8", 1, False),  # MobileNetV2's Conv1
+            (3, 7, 7, 2, 1, (3, 3, 3, 3), 16, 15, 64, "int8", 2, False),  # ResNet50's conv1
+            (1, 3, 3, 1, 1, (1, 1, 1, 1), 9, 13, 8, "uint8", 3, False),   # fer's first conv
+            (2, 3, 3, 1, 2, (2, 1, 0, 2), 8, 11, 20, "int8", 2, True),
+            (4, 5, 3, 2, 1, (1, 2, 2, 0), 12, 9, 37, "uint8", 1, False),
+            (3, 2, 2, 1, 1, (0, 1, 1, 0), 5, 7, 17, "uint8", 2, True),
+            (3, 3, 3, 2, 1, (1, 1, 1, 1), 9, 11, 24, "int16", 2, False),
+            (4, 3, 3, 1, 1, (1, 1, 1, 1), 6, 19, 48, "int8", 3, False)]):
+        oh, ow = (h + pads[0] + pads[1] - d * (kh - 1) - 1) // s + 1, (w + pads[2] + pads[3] - kw) // s + 1
+        lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
+        x = rng.integers(lo, hi + 1, (n, h, w, cin)).astype(xdt)
+        wq = rng.integers(-128, 128, (kh, kw, cin, cout)).astype(np.int8)
+        real = np.full(cout, 0.05 * 0.002 / 0.1) * 2.0 ** -(kh * kw * cin // 40)
+        b = EngineBuilder(f"stem{i}", n)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.05), b.tensor("y", (n, oh, ow, cout), ("int8", "uint8")[i % 2], 0.1)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, real, rng.integers(-3000, 3000, cout),
+                                                   0.1 * real if leaky else None),
+              strides=(s, s), dilations=(d, 1), pads=pads, groups=1, act_min=0 if i % 3 == 0 else None)
+        b.set_io([tx], [ty])
+        cases.append((b.build(), x))
+    return cases
+
+
+@pytest.mark.parametrize("path", ISA_PATHS)
+def test_stem_convs_on_every_kernel_path(path):
+    """Stem convs forced onto each path this CPU has, 1 and 2 threads, bit-exact with the
+    reference; a path the CPU lacks is reported as not run."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
+    for eng, x in _stem_cases():
+        (ref,) = eng.run([x], backend="reference")
+        with force_isa(path):
+            for threads in (1, 2):
+                (got,) = eng.run([x], backend="native", num_threads=threads)
+                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
+        assert np.unique(ref).size > 8, eng.name  # not saturated constants
 
 
 def test_best_path_is_the_default():
