@@ -1,0 +1,48 @@
+// Probe of parallel_for (ops/core/npu_threads.h) for tests/npu/test_parallel_for.py: which
+// threads ran the chunks, whether nested calls stayed inline, and what an exception thrown in
+// a chunk becomes.  Not part of ratelnn.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "core/npu_threads.h"
+
+extern "C" {
+
+// parallel_for over [0, total) with `threads` threads, each chunk sleeping `sleep_us` and
+// calling a nested parallel_for; unit `throw_at` throws (-1: none).  Writes the sum of the
+// units, the chunks run on the caller and on other threads, and the nested calls not run
+// inline.  Returns 0, or -1 with the exception's message in err.
+int ratelnn_probe_parallel_for(int64_t total, int threads, int64_t sleep_us, int64_t throw_at, int64_t* sum,
+                               int64_t* counts, char* err, size_t err_len) {
+  std::atomic<int64_t> s{0}, on_caller{0}, on_other{0}, nested_moved{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  auto f = [&](int64_t begin, int64_t end) {
+    const std::thread::id me = std::this_thread::get_id();
+    (me == caller ? on_caller : on_other) += 1;
+    ratelnn::npu::parallel_for(4, threads, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() != me) nested_moved += 1;
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    for (int64_t i = begin; i < end; ++i) {
+      if (i == throw_at) throw std::runtime_error("unit " + std::to_string(i) + " failed");
+      s += i;
+    }
+  };
+  try {
+    ratelnn::npu::parallel_for(total, threads, f);
+  } catch (const std::exception& e) {
+    std::strncpy(err, e.what(), err_len - 1);
+    err[err_len - 1] = '\0';
+    return -1;
+  }
+  *sum = s;
+  counts[0] = on_caller, counts[1] = on_other, counts[2] = nested_moved;
+  return 0;
+}
+}

@@ -1,0 +1,49 @@
+"""parallel_for, the worker pool of the native executor (ops/core/npu_threads.h,
+docs/architecture.md §7): every unit once, chunks shared by the caller and the pool, nested
+calls inline, and an exception thrown in a chunk on any thread reaches the caller, the pool
+working on afterwards.  Driven through a small C++ probe (tests/helpers/parallel_for_probe.cc)."""
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from ratelnn._build import OPS_DIR, build_library
+
+from helpers.paths import HELPERS
+
+TOTAL = 64
+
+
+@pytest.fixture(scope="module")
+def probe():
+    path = build_library("parallel_for_probe", [HELPERS / "parallel_for_probe.cc",
+                                                OPS_DIR / "core" / "npu_threads.cc"], link_flags=["-pthread"])
+    fn = ctypes.CDLL(str(path)).ratelnn_probe_parallel_for
+    fn.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
+                   ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
+
+    def run(threads, sleep_us=0, throw_at=-1):
+        total_sum, counts, err = ctypes.c_int64(), (ctypes.c_int64 * 3)(), ctypes.create_string_buffer(256)
+        if fn(TOTAL, threads, sleep_us, throw_at, ctypes.byref(total_sum), counts, err, len(err)) != 0:
+            raise RuntimeError(err.value.decode())
+        return total_sum.value, dict(zip(("caller", "pool", "nested moved"), counts))
+    return run
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_unit_once_on_the_caller_and_the_pool(probe, threads):
+    got, counts = probe(threads, sleep_us=5000)
+    assert got == TOTAL * (TOTAL - 1) // 2
+    assert counts["caller"] >= 1 and counts["nested moved"] == 0, counts
+    if threads == 1:
+        assert counts["pool"] == 0, counts
+    else:   # the caller sleeps 5 ms per chunk: a pool worker takes some of the 8-11 chunks
+        assert counts["pool"] >= 1, counts
+
+
+def test_an_exception_in_a_chunk_reaches_the_caller(probe):
+    for throw_at in (0, 40, TOTAL - 1):   # the caller's first chunk, a middle one, the last one
+        with pytest.raises(RuntimeError, match=f"unit {throw_at} failed"):
+            probe(2, sleep_us=500, throw_at=throw_at)
+    assert probe(2)[0] == TOTAL * (TOTAL - 1) // 2   # the pool still works
