@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ratelnn.npu.engine import EngineBuilder, quantize_multiplier  # noqa: E402
 
-# (label, kind, H, W, Cin, Cout, k, stride); kind: conv | dw | fc
+# (label, kind, H, W, Cin, Cout, k, stride); kind: conv | dw | fc (int8 in, uint8 ReLU out),
+# proj (a 1x1 conv like MobileNetV2's projections: uint8 in, int8 out, no ReLU)
 SHAPES = [
     ("r50 conv1 7x7/2 224x3->64", "conv", 224, 224, 3, 64, 7, 2),
     ("r50 3x3 56x64->64", "conv", 56, 56, 64, 64, 3, 1),
@@ -40,6 +41,13 @@ SHAPES = [
     ("r50 fc 2048->1000", "fc", 1, 1, 2048, 1000, 1, 1),
     ("mv2 1x1 56x24->144", "conv", 56, 56, 24, 144, 1, 1),
     ("mv2 1x1 14x576->96", "conv", 14, 14, 576, 96, 1, 1),
+    ("mv2 expand 112x16->96", "conv", 112, 112, 16, 96, 1, 1),
+    ("mv2 expand 28x32->192", "conv", 28, 28, 32, 192, 1, 1),
+    ("mv2 expand 7x160->960", "conv", 7, 7, 160, 960, 1, 1),
+    ("mv2 project 56x96->24", "proj", 56, 56, 96, 24, 1, 1),
+    ("mv2 project 28x192->32", "proj", 28, 28, 192, 32, 1, 1),
+    ("mv2 project 7x960->320", "proj", 7, 7, 960, 320, 1, 1),
+    ("mv2 conv last 7x320->1280", "conv", 7, 7, 320, 1280, 1, 1),
     ("mv2 conv1 3x3/2 224x3->32", "conv", 224, 224, 3, 32, 3, 2),
     ("mv2 dw3x3/2 112x96", "dw", 112, 112, 96, 96, 3, 2),
     ("mv2 dw3x3/2 56x144", "dw", 56, 56, 144, 144, 3, 2),
@@ -100,11 +108,18 @@ def network_sum(tf, layers, n, threads, repeat, rng):
     total_nat = total_tf = 0.0
     for (kind, h, w, cin, cout, k, s), count in counts.items():
         eng, wq = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
-        x = rng.integers(-128, 128, (n,) + eng.inputs[0].shape[1:]).astype(np.int8)
+        x = random_input(rng, eng, n)
         total_nat += count * timeit(lambda: eng.run([x], backend="native", num_threads=threads), repeat)
         if tf is not None:
             total_tf += count * timeit(tf_conv_fn(tf, kind, n, h, w, cin, cout, k, s, wq), repeat)
     return total_nat, total_tf
+
+
+def random_input(rng, eng, n):
+    """Codes over the whole range of the engine's (8-bit) input dtype, batch n."""
+    spec = eng.inputs[0]
+    lo, hi = (0, 256) if spec.dtype == np.uint8 else (-128, 128)
+    return rng.integers(lo, hi, (n,) + spec.shape[1:]).astype(spec.dtype)
 
 
 def timeit(fn, repeat):
@@ -123,8 +138,18 @@ def out_size(h, k, s):
 
 
 def conv_engine(kind, n, h, w, cin, cout, k, s, rng):
-    """One CONV2D / FULLY_CONNECTED engine with int8 input, uint8 (ReLU) output."""
+    """One CONV2D / FULLY_CONNECTED engine with int8 input, uint8 (ReLU) output (``proj``:
+    uint8 input, int8 output without ReLU)."""
     b = EngineBuilder(kind, n)
+    if kind == "proj":
+        tx, ty = b.tensor("x", (n, h, w, cin), "uint8", 0.02), b.tensor("y", (n, h, w, cout), "int8", 0.05)
+        wq = rng.integers(-127, 128, (1, 1, cin, cout)).astype(np.int8)
+        m, sh = quantize_multiplier(0.02 * 0.01 / 0.05, cin * 255 * 128 + 1000)
+        b.add("CONV2D", [tx], [ty], [b.const("w", wq), b.const("bias", rng.integers(-1000, 1000, cout).astype(np.int32)),
+                                     b.const("m", np.full(cout, m, np.int32)), b.const("s", np.full(cout, sh, np.int32))],
+              strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), groups=1)
+        b.set_io([tx], [ty])
+        return b.build(), wq
     if kind == "fc":
         tx, ty = b.tensor("x", (n, cin), "int8", 0.02), b.tensor("y", (n, cout), "uint8", 0.05)
         wq = rng.integers(-127, 128, (cin, cout)).astype(np.int8)
@@ -220,7 +245,7 @@ def main(argv=None):
         if args.only not in label:
             continue
         eng, wq = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
-        x = rng.integers(-128, 128, (n,) + eng.inputs[0].shape[1:]).astype(np.int8)
+        x = random_input(rng, eng, n)
         y_shape = eng.outputs[0].shape
         pix = int(np.prod(y_shape[1:-1])) if len(y_shape) > 2 else 1
         macs = n * pix * cout * (k * k * (1 if kind == "dw" else cin))

@@ -302,6 +302,47 @@ def _extreme_fc(xdt, k, m, seed):
     assert np.abs(y).max() > 10000 and len(np.unique(y)) > 20  # sums beyond 2^29, not all saturated
 
 
+# pixel counts around the 48-pixel tiles (a remainder below 6 joins the last tile) and the
+# 6-row micro-tiles
+PIXELS = st.one_of(st.integers(1, 14), st.sampled_from([47, 48, 49, 53, 54, 55, 59, 96, 97, 101, 102, 145, 196]))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_pointwise_gemm_tiles_and_epilogue_forms(data):
+    """1x1 convs on the dot-product path at pixel counts around the tile edges, K around the
+    quads (1..40, and past one 128-quad weight sub-block), channels off the blocks; each form of
+    the fused epilogue: ReLU (lo >= 0), the whole int8/int16 range (the saturating narrowing
+    clamps) and a narrower signed range (the clamp runs)."""
+    xdt = data.draw(st.sampled_from(["int8", "uint8"]))
+    pixels, cout = data.draw(PIXELS), data.draw(CHANNELS)
+    cin = data.draw(st.one_of(st.integers(1, 40), st.sampled_from([64, 96, 513, 516])))
+    n = 2 if pixels % 2 == 0 and data.draw(st.booleans()) else 1
+    form = data.draw(st.sampled_from(["relu", "relu6", "full", "narrow"]))
+    if form == "relu6":
+        ydt = "uint8"
+    else:
+        ydt = data.draw(ACT if form == "relu" else st.sampled_from(["int8", "int16"]))
+    lo, hi = qrange(ydt)
+    if form == "relu6":
+        act = (0, data.draw(st.integers(1, 254)))
+    elif form == "narrow":
+        act = (data.draw(st.integers(lo + 1, -1)), data.draw(st.integers(1, hi)))
+    else:
+        act = (0 if form == "relu" else None, None)
+    x = rand_codes(data, (n, 1, pixels // n, cin), xdt)
+    wq = rand_codes(data, (1, 1, cin, cout), "int8")
+    bias = rand_codes(data, (cout,), "int16").astype(np.int32)
+    sx, sy = scale(data), scale(data, -6, 0)
+    sw = np.array([scale(data, -9, -5) for _ in range(cout)])
+    b = EngineBuilder("pointwise", n)
+    tx, ty = b.tensor("x", x.shape, xdt, sx), b.tensor("y", (n, 1, pixels // n, cout), ydt, sy)
+    b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, sx * sw / sy, bias), strides=(1, 1), dilations=(1, 1),
+          pads=(0, 0, 0, 0), groups=1, act_min=act[0], act_max=act[1])
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
 def test_dot_product_extreme_sums_int8():
     _extreme_fc("int8", (2 ** 31 - 1) // (128 * 128), 17, 1)  # K = 131071, odd
 
