@@ -778,6 +778,7 @@ void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& 
                         " bytes, expected " + std::to_string(want));
   }
   try {
+    PollWhileRunning polling(num_threads);  // no futex wake-up between instructions
     Runner(e, batch, std::max(1, num_threads)).run(inputs, outputs);
   } catch (const std::bad_alloc&) {
     throw EngineError(who + "out of memory at batch " + std::to_string(batch));

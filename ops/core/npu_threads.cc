@@ -19,7 +19,15 @@ constexpr int kMaxWorkers = 64;
 // Chunks per thread: finer than one per thread, so that a thread the OS delays (a loaded
 // machine) leaves its unstarted chunks to the others instead of stalling the whole call.
 constexpr int kChunksPerThread = 4;
+// Pause instructions per polling round (~10-40 us on current x86 cores) before a yield.
+constexpr int kPollSpins = 1024;
 thread_local bool t_inside_pool_task = false;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 // One parallel_for call: its chunks, the next chunk to hand out, a countdown of unfinished
 // chunks, the first error.
@@ -63,19 +71,28 @@ class Pool {
   // Queue `helpers` requests to help drain `job`, starting workers as needed.
   void submit(const std::shared_ptr<Job>& job, int helpers) {
     std::lock_guard<std::mutex> lock(mu_);
-    while (int(workers_.size()) < std::min(helpers, kMaxWorkers)) {
-      workers_.emplace_back([this] { work(); });
-      workers_.back().detach();
-    }
+    start_workers(helpers);
     for (int k = 0; k < helpers; ++k) queue_.push_back(job);
+    queued_.store(int(queue_.size()), std::memory_order_release);
     wake_.notify_all();
   }
+
+  // Begin / end a polling period (PollWhileRunning) for `helpers` workers.
+  void begin_polling(int helpers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    start_workers(helpers);
+    polling_.fetch_add(1);
+    wake_.notify_all();
+  }
+  void end_polling() { polling_.fetch_sub(1); }
+  bool polling() const { return polling_.load(std::memory_order_relaxed) > 0; }
 
   // Take back the requests for `job` no worker has picked up (its chunks are all handed out).
   void withdraw(const Job* job) {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& j) { return j.get() == job; }),
                  queue_.end());
+    queued_.store(int(queue_.size()), std::memory_order_release);
   }
 
  private:
@@ -83,16 +100,36 @@ class Pool {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::thread> workers_;
+  std::atomic<int> queued_{0};   // queue_.size(), readable without the lock
+  std::atomic<int> polling_{0};  // live PollWhileRunning scopes
+
+  void start_workers(int helpers) {  // with mu_ held
+    while (int(workers_.size()) < std::min(helpers, kMaxWorkers)) {
+      workers_.emplace_back([this] { work(); });
+      workers_.back().detach();
+    }
+  }
+
+  // Poll (pause, then yield) until a request is queued or the polling period ends.
+  void poll() {
+    while (polling() && queued_.load(std::memory_order_acquire) == 0) {
+      for (int k = 0; k < kPollSpins && queued_.load(std::memory_order_relaxed) == 0; ++k) cpu_relax();
+      if (queued_.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+    }
+  }
 
   void work() {
     t_inside_pool_task = true;
     for (;;) {
+      poll();
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [&] { return !queue_.empty(); });
+        wake_.wait(lock, [&] { return !queue_.empty() || polling(); });
+        if (queue_.empty()) continue;  // woken to poll
         job = queue_.front();
         queue_.pop_front();
+        queued_.store(int(queue_.size()), std::memory_order_release);
       }
       job->drain();
     }
@@ -100,6 +137,14 @@ class Pool {
 };
 
 }  // namespace
+
+PollWhileRunning::PollWhileRunning(int threads) : active_(threads > 1 && !t_inside_pool_task) {
+  if (active_) Pool::get().begin_polling(std::min(threads - 1, kMaxWorkers));
+}
+
+PollWhileRunning::~PollWhileRunning() {
+  if (active_) Pool::get().end_polling();
+}
 
 void parallel_for(int64_t total, int threads, const std::function<void(int64_t, int64_t)>& f) {
   if (total <= 0) return;
@@ -123,6 +168,12 @@ void parallel_for(int64_t total, int threads, const std::function<void(int64_t, 
   job->drain();
   pool.withdraw(job.get());
   t_inside_pool_task = was_inside;
+  if (pool.polling()) {  // a worker took the last chunks moments ago: poll, yielding
+    while (job->remaining.load(std::memory_order_acquire) != 0) {
+      for (int k = 0; k < kPollSpins && job->remaining.load(std::memory_order_relaxed) != 0; ++k) cpu_relax();
+      if (job->remaining.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    }
+  }
   {
     std::unique_lock<std::mutex> lock(job->mu);
     job->done.wait(lock, [&] { return job->remaining.load() == 0; });
