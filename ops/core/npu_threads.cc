@@ -29,6 +29,15 @@ inline void cpu_relax() {
 #endif
 }
 
+// Spin until done(): rounds of kPollSpins pauses, yielding the CPU between rounds.
+template <typename Done>
+void poll_until(Done done) {
+  while (!done()) {
+    for (int k = 0; k < kPollSpins && !done(); ++k) cpu_relax();
+    if (!done()) std::this_thread::yield();
+  }
+}
+
 // One parallel_for call: its chunks, the next chunk to hand out, a countdown of unfinished
 // chunks, the first error.
 struct Job {
@@ -110,12 +119,9 @@ class Pool {
     }
   }
 
-  // Poll (pause, then yield) until a request is queued or the polling period ends.
+  // Poll until a request is queued or the polling period ends.
   void poll() {
-    while (polling() && queued_.load(std::memory_order_acquire) == 0) {
-      for (int k = 0; k < kPollSpins && queued_.load(std::memory_order_relaxed) == 0; ++k) cpu_relax();
-      if (queued_.load(std::memory_order_acquire) == 0) std::this_thread::yield();
-    }
+    poll_until([&] { return !polling() || queued_.load(std::memory_order_acquire) != 0; });
   }
 
   void work() {
@@ -168,12 +174,8 @@ void parallel_for(int64_t total, int threads, const std::function<void(int64_t, 
   job->drain();
   pool.withdraw(job.get());
   t_inside_pool_task = was_inside;
-  if (pool.polling()) {  // a worker took the last chunks moments ago: poll, yielding
-    while (job->remaining.load(std::memory_order_acquire) != 0) {
-      for (int k = 0; k < kPollSpins && job->remaining.load(std::memory_order_relaxed) != 0; ++k) cpu_relax();
-      if (job->remaining.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-    }
-  }
+  if (pool.polling())  // a worker took the last chunks moments ago
+    poll_until([&] { return job->remaining.load(std::memory_order_acquire) == 0; });
   {
     std::unique_lock<std::mutex> lock(job->mu);
     job->done.wait(lock, [&] { return job->remaining.load() == 0; });
