@@ -28,6 +28,10 @@ using ::ratelnn::StatsStore;
 constexpr int64_t kSummaryCyclesPerElement = 3;  // RatelMinMax: range + histogram
 constexpr int64_t kQuantCyclesPerElement = 4;
 constexpr int64_t kDequantCyclesPerElement = 1;
+// Work estimated below this many cycles (~0.4 ms) runs on the calling thread: waking TF's
+// intra-op pool costs tens of microseconds, and its workers then spin-wait on the cores while
+// the next op (a RatelEngineOp with its own threads) runs (docs/architecture.md §5).
+constexpr int64_t kInlineCycles = int64_t(1) << 20;
 
 template <typename... Args>
 absl::Status InvalidArgument(const Args&... message_parts) {
@@ -39,9 +43,14 @@ absl::Status FailedPrecondition(const Args&... message_parts) {
   return absl::FailedPreconditionError(absl::StrCat(message_parts...));
 }
 
-// Runs work(begin, end) over [0, units) on the op's CPU worker threads.
+// Runs work(begin, end) over [0, units) on the op's CPU worker threads, or on the calling
+// thread when the whole job is small (kInlineCycles).
 template <typename Work>
 void ShardUnits(OpKernelContext* ctx, int64_t units, int64_t cycles_per_unit, Work work) {
+  if (units * cycles_per_unit < kInlineCycles) {
+    work(0, units);
+    return;
+  }
   const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
   Shard(workers->num_threads, workers->workers, units, cycles_per_unit, work);
 }
