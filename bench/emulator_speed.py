@@ -24,7 +24,7 @@ before it leaves its thread pool spin-waiting on the cores) and the ratios compi
 at batch 8); the compiled model's
 achieved GMAC/s (CONV2D and FULLY_CONNECTED multiply-adds of its engines / compiled time)
 and its fraction of the machine's measured peak (``ratelnn.npu.native.peak_gmacs``: a tight
-loop of the kernel path's multiply-add instruction, vpdpbusd on avx512_vnni, per core, times
+loop of the kernel path's multiply-add instruction, vpdpbusd zmm on avx512_vnni (ymm on avx_vnni), per core, times
 the threads); and for each model the conversion time, ``to_npu()`` (the calibrated converter
 to the compiled GraphDef) vs the TFLite converter's ``convert()`` (its calibration on 4
 images included), measured in the same run.  ``--profile`` also runs

@@ -7,10 +7,15 @@ elements / second for the memory-bound ops) of each, and native / TF speed ratio
 
     python bench/npu_kernels.py [--threads 2] [--batch 1] [--repeat 20] [--only conv]
     python bench/npu_kernels.py --network resnet50   # every conv/fc layer, summed
+    python bench/npu_kernels.py --paths avx2,avx_vnni,avx512_vnni --threads 1  # kernel paths side by side
 
 ``--network`` times every CONV2D / FULLY_CONNECTED layer of ResNet50 v1.5 or MobileNetV2
 (identical shapes once, weighted by their count) and prints the sums: a proxy for the
 whole model that leaves out the elementwise/pool ops and TF's graph-level fusions.
+
+``--paths`` runs the same engines on each named kernel path in one process (``force_isa``;
+a path the CPU lacks is reported as not run) and prints GMAC/s per path instead of the TF
+comparison: the instruction sets side by side on identical inputs.
 """
 from __future__ import annotations
 
@@ -215,6 +220,33 @@ def tf_elementwise_fn(tf, kind, n, h, w, c):
     return tf.function(lambda: tf.reduce_mean(x, axis=(1, 2)))
 
 
+def compare_paths(paths, n, threads, repeat, only, rng):
+    """GMAC/s of every conv/fc shape (labels containing ``only``) on each kernel path."""
+    from ratelnn.npu import ISA_PATHS, force_isa, supported_isas
+    unknown = [p for p in paths if p not in ISA_PATHS]
+    if unknown:
+        raise SystemExit(f"unknown kernel path(s) {', '.join(unknown)} (known: {', '.join(ISA_PATHS)})")
+    have = [p for p in paths if p in supported_isas()]
+    for p in paths:
+        if p not in have:
+            print(f"not run: this CPU lacks the {p} kernel path")
+    print(f"batch {n}, {threads} threads; GMAC/s per kernel path (min of {repeat} runs)")
+    print(f"{'kernel':30s} {'MMACs':>8s} " + " ".join(f"{p:>12s}" for p in have))
+    for label, kind, h, w, cin, cout, k, s in SHAPES:
+        if only not in label:
+            continue
+        eng, _ = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
+        x = random_input(rng, eng, n)
+        y_shape = eng.outputs[0].shape
+        pix = int(np.prod(y_shape[1:-1])) if len(y_shape) > 2 else 1
+        macs = n * pix * cout * (k * k * (1 if kind == "dw" else cin))
+        rates = []
+        for p in have:
+            with force_isa(p):
+                rates.append(macs / timeit(lambda: eng.run([x], backend="native", num_threads=threads), repeat) / 1e9)
+        print(f"{label:30s} {macs / 1e6:8.1f} " + " ".join(f"{r:12.1f}" for r in rates), flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -223,7 +255,11 @@ def main(argv=None):
     ap.add_argument("--only", default="", help="run only labels containing this text")
     ap.add_argument("--no-tf", action="store_true", help="skip the TensorFlow comparison")
     ap.add_argument("--network", choices=["resnet50", "mobilenetv2"], help="sum over every conv/fc layer of a model")
+    ap.add_argument("--paths", default="", help="comma-separated kernel paths to compare (no TF), e.g. avx2,avx_vnni")
     args = ap.parse_args(argv)
+    if args.paths:
+        return compare_paths(args.paths.split(","), args.batch, args.threads, args.repeat, args.only,
+                             np.random.default_rng(0))
     tf = None
     if not args.no_tf:
         import tensorflow as tf

@@ -1,6 +1,9 @@
 #include "core/isa.h"
 
 #include <atomic>
+#if RATELNN_X86_PATHS
+#include <cpuid.h>
+#endif
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -9,11 +12,17 @@
 namespace ratelnn {
 namespace {
 
-constexpr const char* kNames[kIsaCount] = {"portable", "avx2", "avx512", "avx512_vnni"};
+constexpr const char* kNames[kIsaCount] = {"portable", "avx2", "avx_vnni", "avx512", "avx512_vnni"};
 
 std::atomic<int> g_active{-1};  // -1: not resolved yet
 std::once_flag g_env_once;
 std::string g_env_error;  // set once, under g_env_once
+
+std::string known_list() {
+  std::string s;
+  for (int i = 0; i < kIsaCount; ++i) s += (i ? ", " : "") + std::string(kNames[i]);
+  return s;
+}
 
 std::string supported_list() {
   std::string s;
@@ -27,8 +36,7 @@ void resolve_from_env() {
   Isa isa = best_isa();
   if (env != nullptr && *env != '\0') {
     if (!isa_from_name(env, &isa)) {
-      g_env_error = std::string(kIsaEnv) + "=" + env + " names no kernel path (known: portable, avx2, avx512, " +
-                    "avx512_vnni)";
+      g_env_error = std::string(kIsaEnv) + "=" + env + " names no kernel path (known: " + known_list() + ")";
       return;
     }
     if (!isa_supported(isa)) {
@@ -66,6 +74,12 @@ bool isa_supported(Isa isa) {
       return true;
     case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAvxVnni: {
+      // AVX-VNNI: CPUID.(EAX=7, ECX=1):EAX bit 4; the OS condition (YMM state saved) is the
+      // one AVX2's check covers (VEX encoding only: no ZMM state needed).
+      unsigned a = 0, b = 0, c = 0, d = 0;
+      return isa_supported(Isa::kAvx2) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & bit_AVXVNNI) != 0;
+    }
     case Isa::kAvx512:
       return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&

@@ -7,7 +7,7 @@
 // paths compute the same bits: tests force each supported path in turn and compare.
 //
 // The path is the best one the CPU and OS support, unless the environment variable
-// RATELNN_ISA names another (portable, avx2, avx512, avx512_vnni); a name the machine lacks
+// RATELNN_ISA names another (portable, avx2, avx_vnni, avx512, avx512_vnni); a name the machine lacks
 // is an error at the first kernel call (IsaError), never a silent fallback.
 #pragma once
 
@@ -34,13 +34,18 @@
 
 namespace ratelnn {
 
+// The order is the capability ladder code compares against: `>= kAvx2` means AVX2 is there,
+// `>= kAvx512` that AVX-512 is.  kAvxVnni sits between them because its CPUs (Intel client
+// cores, Sierra Forest / Grand Ridge) may lack AVX-512: it must never reach AVX-512 code.
+// Nothing compares against kAvxVnni itself (kAvx512 has no VNNI).
 enum class Isa : int {
   kPortable = 0,    // the architecture's baseline (x86-64: SSE2); the only path elsewhere
   kAvx2 = 1,        // AVX2 + FMA: 16-bit pair multiply-adds (vpmaddwd) on 8 int32 lanes
-  kAvx512 = 2,      // AVX-512 F/BW/DQ/VL: vpmaddwd on 16 int32 lanes
-  kAvx512Vnni = 3,  // AVX-512 VNNI: vpdpwssd (multiply-add-accumulate in one instruction)
+  kAvxVnni = 2,     // AVX2 + AVX-VNNI (VEX): vpdpbusd / vpdpwssd on 8 int32 lanes (ymm)
+  kAvx512 = 3,      // AVX-512 F/BW/DQ/VL: vpmaddwd on 16 int32 lanes
+  kAvx512Vnni = 4,  // AVX-512 VNNI: vpdpbusd / vpdpwssd on 16 int32 lanes (zmm)
 };
-constexpr int kIsaCount = 4;
+constexpr int kIsaCount = 5;
 
 // The environment variable that forces a path.
 constexpr const char* kIsaEnv = "RATELNN_ISA";

@@ -58,38 +58,72 @@ int64_t chunk_pairs_for(DType x, DType w) { return std::max<int64_t>(1, (int64_t
 
 
 // ------------------------------------------------------------------ the kernels, per path
+// RATELNN_ISA_LEVEL: the vector ladder the .inc compiles (0 portable, 1 AVX2 ymm, 2 AVX-512,
+// 3 AVX-512 VNNI); RATELNN_ISA_DOT: 1 where vpdpbusd is there (the dot-product kernels on
+// packed_quads: zmm at level 3, VEX ymm on avx_vnni); RATELNN_ISA_PATH: the Isa (the index
+// of the path's channel_params).
 #define RATELNN_ISA_LEVEL 0
+#define RATELNN_ISA_DOT 0
+#define RATELNN_ISA_PATH Isa::kPortable
 namespace isa_portable {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_portable
 #undef RATELNN_ISA_LEVEL
+#undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_PATH
 
 #if RATELNN_X86_PATHS
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c")
 #define RATELNN_ISA_LEVEL 1
+#define RATELNN_ISA_DOT 0
+#define RATELNN_ISA_PATH Isa::kAvx2
 namespace isa_avx2 {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_avx2
 #undef RATELNN_ISA_LEVEL
+#undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_PATH
+#pragma GCC pop_options
+
+// AVX-VNNI (VEX): the AVX2 code plus the ymm vpdpbusd / vpdpwssd kernels; no AVX-512 at all.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avxvnni")
+#define RATELNN_ISA_LEVEL 1
+#define RATELNN_ISA_DOT 1
+#define RATELNN_ISA_PATH Isa::kAvxVnni
+namespace isa_avx_vnni {
+#include "core/npu_conv_kernels.inc"
+}  // namespace isa_avx_vnni
+#undef RATELNN_ISA_LEVEL
+#undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_PATH
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avx512f,avx512bw,avx512dq,avx512vl")
 #define RATELNN_ISA_LEVEL 2
+#define RATELNN_ISA_DOT 0
+#define RATELNN_ISA_PATH Isa::kAvx512
 namespace isa_avx512 {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_avx512
 #undef RATELNN_ISA_LEVEL
+#undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_PATH
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
 #define RATELNN_ISA_LEVEL 3
+#define RATELNN_ISA_DOT 1
+#define RATELNN_ISA_PATH Isa::kAvx512Vnni
 namespace isa_avx512_vnni {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_avx512_vnni
 #undef RATELNN_ISA_LEVEL
+#undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_PATH
 #pragma GCC pop_options
 #endif
 
@@ -99,6 +133,7 @@ namespace isa_avx512_vnni {
   switch (active_isa()) {                                    \
     case Isa::kAvx512Vnni: return isa_avx512_vnni::call;     \
     case Isa::kAvx512: return isa_avx512::call;              \
+    case Isa::kAvxVnni: return isa_avx_vnni::call;           \
     case Isa::kAvx2: return isa_avx2::call;                  \
     default: return isa_portable::call;                      \
   }
@@ -110,7 +145,8 @@ namespace isa_avx512_vnni {
 
 bool quad_path_applies(DType x, DType w, bool wide) {
 #if RATELNN_X86_PATHS
-  return (x == DType::kInt8 || x == DType::kUInt8) && w == DType::kInt8 && !wide && isa_supported(Isa::kAvx512Vnni);
+  return (x == DType::kInt8 || x == DType::kUInt8) && w == DType::kInt8 && !wide &&
+         (isa_supported(Isa::kAvx512Vnni) || isa_supported(Isa::kAvxVnni));
 #else
   (void)x, (void)w, (void)wide;
   return false;
@@ -128,9 +164,10 @@ bool taps_path_applies(int64_t cout, int64_t groups) {
 
 namespace {
 
-// The depthwise vpdpbusd runs' weights (npu_kernels.h): 8-bit x, int8 w, kh <= 4, kw = 3.
+// The depthwise vpdpbusd runs' weights (npu_kernels.h): 8-bit x, int8 w, kh <= 4, kw = 3, on
+// a CPU with AVX-512 VNNI (the avx_vnni path runs the AVX2 depthwise code).
 bool dw_quads_apply(DType x, DType w, int64_t kh, int64_t kw) {
-  return kh <= 4 && kw == 3 && quad_path_applies(x, w, false);
+  return kh <= 4 && kw == 3 && quad_path_applies(x, w, false) && isa_supported(Isa::kAvx512Vnni);
 }
 
 void pack_dw_quads(Instruction& ins, const ConstDesc& w, DType x, int64_t kh, int64_t cout) {
@@ -237,6 +274,8 @@ void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout) {
   ins.channel_params[int(Isa::kPortable)] = isa_portable::make_channel_params(e, ins, cout);
 #if RATELNN_X86_PATHS
   if (isa_supported(Isa::kAvx2)) ins.channel_params[int(Isa::kAvx2)] = isa_avx2::make_channel_params(e, ins, cout);
+  if (isa_supported(Isa::kAvxVnni))
+    ins.channel_params[int(Isa::kAvxVnni)] = isa_avx_vnni::make_channel_params(e, ins, cout);
   if (isa_supported(Isa::kAvx512)) ins.channel_params[int(Isa::kAvx512)] = isa_avx512::make_channel_params(e, ins, cout);
   if (isa_supported(Isa::kAvx512Vnni))
     ins.channel_params[int(Isa::kAvx512Vnni)] = isa_avx512_vnni::make_channel_params(e, ins, cout);

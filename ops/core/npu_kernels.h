@@ -10,11 +10,12 @@
 //   whose int32 sums are exact and adds them in int64.
 //   packed_weights: int16 [groups][ceil(cout_g/16)][ceil(K/2)][16 channels][2 k], K = kh*kw*cg
 //   in (ky, kx, ci) order, zero padded in k and channels.
-//   8-bit activations x int8 weights, not wide, on a CPU with AVX-512 VNNI: also
+//   8-bit activations x int8 weights, not wide, on a CPU with AVX-512 VNNI or AVX-VNNI: also
 //   packed_quads, int8 [groups][ceil(cout_g/16)][ceil(K/4)][16 channels][4 k] for vpdpbusd
 //   (u8 x s8, four products per int32 lane); int8 activations enter as x + 128 (a u8) and
-//   quad_correction[o] = -128 * sum_k w[k][o] restores the sum.  The avx512_vnni path uses
-//   them (docs/npu-arithmetic.md, "Kernel paths" gives the exactness argument).
+//   quad_correction[o] = -128 * sum_k w[k][o] restores the sum.  The avx512_vnni path reads a
+//   16-channel quad row as one zmm, the avx_vnni path as two ymm halves (channels 0-7, 8-15)
+//   (docs/npu-arithmetic.md, "Kernel paths" gives the exactness argument).
 //   Stem rows (groups 1, cg <= 4, kh * kw > 1, dilation 1 across: MobileNetV2's and ResNet50's
 //   first convs): packed_quads instead int8 [ceil(cout/16)][kh][qr][16 channels][4],
 //   qr = ceil(kw * cg / 4), each kernel row's kw * cg values (kx, ci) then zero weights, so

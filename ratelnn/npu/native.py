@@ -26,8 +26,9 @@ _lib = None
 _lib_lock = threading.Lock()
 
 
-# Kernel paths, slowest first; every one gives the same bits (docs/npu-arithmetic.md).
-ISA_PATHS = ("portable", "avx2", "avx512", "avx512_vnni")
+# Kernel paths in the order of ops/core/isa.h's Isa (the capability ladder: the last one a CPU
+# supports is its default); every one gives the same bits (docs/npu-arithmetic.md).
+ISA_PATHS = ("portable", "avx2", "avx_vnni", "avx512", "avx512_vnni")
 ISA_ENV = "RATELNN_ISA"
 
 
@@ -97,7 +98,8 @@ def native_isa() -> str:
 
 
 def supported_isas() -> Tuple[str, ...]:
-    """The paths of :data:`ISA_PATHS` this CPU (and OS) can run, slowest first."""
+    """The paths of :data:`ISA_PATHS` this CPU (and OS) can run, in that order (the last is
+    the default)."""
     lib = _load()
     return tuple(p for p in ISA_PATHS if lib.ratelnn_isa_supported(p.encode()) == 1)
 
@@ -243,7 +245,7 @@ class NativeEngine:
 
 def peak_gmacs(seconds: float = 0.2, repeats: int = 5) -> dict:
     """The measured multiply-add peak of one core on the active kernel path: a register-only
-    loop of the path's GEMM instruction (vpdpbusd on avx512_vnni) run by the calling thread
+    loop of the path's GEMM instruction (vpdpbusd zmm on avx512_vnni, ymm on avx_vnni) run by the calling thread
     (ctypes releases the GIL) for about ``seconds``, ``repeats`` times.  Returns
     ``{"gmacs_per_core": median GMAC/s, "instruction": name, "path": native_isa()}``.  For
     benchmarks: a shared machine lowers it."""

@@ -82,7 +82,7 @@ def _depthwise_cases():
 @pytest.mark.parametrize("path", ISA_PATHS)
 def test_depthwise_on_every_kernel_path(path):
     """Depthwise convs forced onto each path this CPU has (AVX-512 VNNI: the vpdpbusd column
-    runs, strides 1 and 2; AVX2/AVX-512: the int32-lane runs; portable: the padded copy), 1 and 2 threads,
+    runs, strides 1 and 2; AVX2/AVX-VNNI/AVX-512: the int32-lane runs; portable: the padded copy), 1 and 2 threads,
     bit-exact with the reference; a path the CPU lacks is reported as not run."""
     if path not in supported_isas():
         pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
@@ -98,8 +98,8 @@ def test_depthwise_on_every_kernel_path(path):
 
 
 def _stem_cases():
-    """(engine, input) pairs aimed at the stem convs (few input channels, groups 1; on AVX-512
-    VNNI read as kernel-row quads from a padded u8 copy, no im2col): Cin 1-4, kernels 3x3,
+    """(engine, input) pairs aimed at the stem convs (few input channels, groups 1; on the VNNI
+    paths read as kernel-row quads from a padded u8 copy, no im2col): Cin 1-4, kernels 3x3,
     7x7 (K = 147), 5x3 and 2x2, strides 1-2, a dilation, odd widths, asymmetric pads,
     channels off the 16-channel blocks, int8/uint8/int16 activations, batch 1-3, the fused
     16-lane epilogue and the int64-lane one (leaky ReLU), ReLU."""
@@ -211,11 +211,11 @@ def _functions_with_wide_instructions(library):
 
 @pytest.mark.skipif(not X86, reason="x86 instruction check")
 def test_wide_instructions_only_inside_the_run_time_paths():
-    """Outside the isa_avx2/isa_avx512 kernel namespaces the native library is baseline
+    """Outside the isa_avx2/isa_avx_vnni/isa_avx512 kernel namespaces the native library is baseline
     x86-64 code, so it loads and runs on any x86-64 machine (no SIGILL on an older host)."""
     wide = _functions_with_wide_instructions(native.library_path())
-    assert any("isa_avx512_vnni" in f for f in wide)  # the paths were compiled in
-    outside = sorted(f for f in wide if not re.search(r"\bisa_avx(2|512|512_vnni)\b", f))
+    assert any("isa_avx512_vnni" in f for f in wide) and any("isa_avx_vnni" in f for f in wide)  # compiled in
+    outside = sorted(f for f in wide if not re.search(r"\bisa_avx(2|_vnni|512|512_vnni)\b", f))
     assert outside == []
 
 

@@ -3,7 +3,7 @@ npu_kernels.h): channel counts around the 16-channel blocks and 8-lane vectors, 
 FULLY_CONNECTED GEMMs with row tails and several pixel tiles, depthwise with multipliers,
 int16 activations with chunked (wide) accumulation, the scalar int16 x int16 path, and the
 chunked elementwise ops.  Native must equal the numpy reference bit for bit, with 1 and 2
-threads, on every kernel path the CPU supports (portable, AVX2, AVX-512, AVX-512 VNNI)."""
+threads, on every kernel path the CPU supports (portable, AVX2, AVX-VNNI, AVX-512, AVX-512 VNNI)."""
 import numpy as np
 from hypothesis import given, strategies as st
 
@@ -261,8 +261,9 @@ def test_pools_and_mean_wide_channels(data, is_max):
 
 
 # ------------------------------------------------------------------ the int8 dot-product path
-# On AVX-512 VNNI, 8-bit activations x int8 weights run vpdpbusd on u8 x s8 k-quads, int8
-# activations entering as x + 128 with -128 * sum(w) folded into the bias (npu_kernels.h).
+# On AVX-512 VNNI (zmm) and AVX-VNNI (ymm), 8-bit activations x int8 weights run vpdpbusd on
+# u8 x s8 k-quads, int8 activations entering as x + 128 with -128 * sum(w) folded into the bias
+# (npu_kernels.h).
 
 @SETTINGS
 @given(data=st.data())
