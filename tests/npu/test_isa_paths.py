@@ -238,12 +238,13 @@ def test_op_library_compiles_for_a_sapphire_rapids_target(framework):
     AMX): TensorFlow's Eigen breaks under AVX512-FP16 unless the glue turns it off."""
     if framework == "tensorflow":
         flags, _ = oplib.tensorflow_build_flags()
-        sources = oplib.tensorflow_sources()
+        glue = oplib.tensorflow_sources()
     else:
         flags, _ = oplib.mxnet_build_flags()
-        sources = [s for s in oplib.mxnet_sources() if "/ops/" in s]  # MXNet's own lib_api.cc aside
-    command = _build.compiler_command(flags)
+        glue = [s for s in oplib.mxnet_sources() if "/ops/" in s]  # MXNet's own lib_api.cc aside
+    units = [(_build.compiler_command(flags), s) for s in glue]
+    units += [(_build.compiler_command(_build.core_flags(flags)), s) for s in oplib.core_sources()]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda s: _syntax_check(command, s), sources))
+        results = list(pool.map(lambda unit: _syntax_check(*unit), units))
     failures = [(s, err[-2000:]) for s, rc, err in results if rc != 0]
     assert failures == []
