@@ -84,10 +84,11 @@ def mxnet_build_flags() -> Tuple[List[str], List[str]]:
     compile_flags = [
         f"-I{mx_dir / 'include'}",
         "-DNDEBUG",
-        # libmxnet.so 1.9.1 (pip wheel) is built with the pre-C++11 std::string ABI; lib_api
-        # passes only C types across the boundary, but matching it keeps any std:: symbol
-        # the two libraries share identical.
-        "-D_GLIBCXX_USE_CXX11_ABI=0",
+        # libmxnet.so 1.9.1 (pip wheel) is built with the pre-C++11 std::string ABI, but
+        # lib_api passes only C types across the boundary (and -Bsymbolic below binds our
+        # std:: symbols to our own definitions), so the library takes TensorFlow's C++11 ABI
+        # and shares its ops/core objects with the TensorFlow and C API libraries.
+        "-D_GLIBCXX_USE_CXX11_ABI=1",
         f"-DRATELNN_MX_VERSION={version}",
     ]
     # -Bsymbolic: calls inside the library bind to its own definitions, never to libmxnet's
