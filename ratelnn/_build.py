@@ -19,7 +19,7 @@ import platform
 import re
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterable, List, Sequence
 
@@ -126,27 +126,59 @@ def compiler_command(compile_flags: Sequence[str] = (), cxx: str | None = None) 
     return [cxx or os.environ.get("CXX", "g++"), *COMPILE_FLAGS, f"-I{OPS_DIR}", *compile_flags]
 
 
+def core_flags(compile_flags: Sequence[str] = ()) -> List[str]:
+    """The flags, besides :data:`COMPILE_FLAGS`, of the framework-independent objects of a
+    library whose own sources take ``compile_flags``: ``-DNDEBUG`` and the C++ library ABI
+    define of ``compile_flags`` (the objects pass ``std::string`` to each other, so they must
+    agree on it).  Libraries of one ABI thus share these objects in the cache."""
+    abi = [f for f in compile_flags if f.startswith("-D_GLIBCXX_USE_CXX11_ABI=")]
+    return ["-DNDEBUG", *abi[-1:]]
+
+
+def _compile_cost(source: Path) -> int:
+    """Bytes of ``source`` and the ops/ headers it includes (each counted once per include
+    of it in the source: npu_conv.cc compiles its kernels once per instruction-set path)."""
+    text = source.read_text(errors="replace")
+    headers: set = set()
+    _local_includes(source, headers)
+    size = {p.name: p.stat().st_size for p in headers}
+    return len(text) + sum(size.get(Path(inc).name, 0) for inc in _INCLUDE.findall(text)) + \
+        sum(size.values())
+
+
 def build_library(name: str, sources: Iterable[Path], compile_flags: Sequence[str] = (),
-                  link_flags: Sequence[str] = (), cxx: str | None = None) -> Path:
-    """Return the path of ``lib<name>-<key>.so`` built from ``sources``, building it if needed.
+                  link_flags: Sequence[str] = (), cxx: str | None = None,
+                  core_sources: Iterable[Path] = ()) -> Path:
+    """Return the path of ``lib<name>-<key>.so`` built from ``sources`` (compiled with
+    ``compile_flags``) and ``core_sources`` (which include no framework header: compiled with
+    :func:`core_flags` of ``compile_flags``), building it if needed.
 
     Each source is compiled to an object cached under its own key (source, included
-    headers, flags), in parallel; the library key combines the object keys and link flags.
-    So editing one file recompiles only that file.  Raises :class:`BuildError` on failure.
+    headers, flags), on ``os.cpu_count()`` threads, the costliest first; the library key
+    combines the object keys and link flags.  So editing one file recompiles only that
+    file, and the TensorFlow and C API libraries compile ops/core once between them.
+    Raises :class:`BuildError` on failure (the first failing compile's output).
     """
-    sources = [Path(s).resolve() for s in sources]
     cxx = cxx or os.environ.get("CXX", "g++")
-    flags = compiler_command(compile_flags, cxx)
+    units = [(Path(s).resolve(), compiler_command(core_flags(compile_flags), cxx)) for s in core_sources]
+    units += [(Path(s).resolve(), compiler_command(compile_flags, cxx)) for s in sources]
     objdir = cache_dir() / "obj"
     objdir.mkdir(exist_ok=True)
-    objects = [objdir / f"{s.stem}-{object_key(s, flags)}.o" for s in sources]
+    objects = [objdir / f"{src.stem}-{object_key(src, flags)}.o" for src, flags in units]
+    todo = sorted((-_compile_cost(src), i) for i, (src, _) in enumerate(units) if not objects[i].exists())
 
-    def compile_one(pair) -> None:
-        src, obj = pair
-        _run_locked(obj, lambda tmp: [*flags, "-c", str(src), "-o", tmp])
+    def compile_one(i: int) -> None:
+        src, flags = units[i]
+        _run_locked(objects[i], lambda tmp: [*flags, "-c", str(src), "-o", tmp])
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(compile_one, zip(sources, objects)))
+        futures = [pool.submit(compile_one, i) for _, i in todo]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()  # after a failure: no new compile starts; running ones finish
+        for f in futures:
+            if not f.cancelled():
+                f.result()  # raises the first failure in cost order
     h = hashlib.sha256(name.encode())
     for o in objects:
         h.update(o.name.encode())

@@ -35,11 +35,16 @@ def _check_framework(framework: str) -> None:
         raise ValueError(f"unknown framework {framework!r}; expected one of {FRAMEWORKS}")
 
 
+def core_sources() -> List[str]:
+    """The framework-independent sources both op libraries link (ops/core), compiled with
+    ``ratelnn._build.core_flags`` of the library's flags."""
+    return [str(p) for p in sorted((OPS_DIR / "core").glob("*.cc"))]
+
+
 def tensorflow_sources() -> List[str]:
-    """The sources of the TensorFlow op library: ops/core and ops/tensorflow."""
-    core = sorted((OPS_DIR / "core").glob("*.cc"))
-    glue = sorted((OPS_DIR / "tensorflow").glob("*.cc"))
-    return [str(p) for p in core + glue]
+    """The TensorFlow glue of the TensorFlow op library (ops/tensorflow), compiled with
+    :func:`tensorflow_build_flags`; the library also links :func:`core_sources`."""
+    return [str(p) for p in sorted((OPS_DIR / "tensorflow").glob("*.cc"))]
 
 
 def tensorflow_build_flags() -> Tuple[List[str], List[str]]:
@@ -59,7 +64,8 @@ def tensorflow_build_flags() -> Tuple[List[str], List[str]]:
 
 def _build_tensorflow_library() -> str:
     compile_flags, link_flags = tensorflow_build_flags()
-    return str(build_library("ratelnn_tf", tensorflow_sources(), compile_flags, link_flags))
+    return str(build_library("ratelnn_tf", tensorflow_sources(), compile_flags, link_flags,
+                             core_sources=core_sources()))
 
 
 def _mxnet_package_dir() -> Path:
@@ -78,10 +84,11 @@ def mxnet_build_flags() -> Tuple[List[str], List[str]]:
     compile_flags = [
         f"-I{mx_dir / 'include'}",
         "-DNDEBUG",
-        # libmxnet.so 1.9.1 (pip wheel) is built with the pre-C++11 std::string ABI; lib_api
-        # passes only C types across the boundary, but matching it keeps any std:: symbol
-        # the two libraries share identical.
-        "-D_GLIBCXX_USE_CXX11_ABI=0",
+        # libmxnet.so 1.9.1 (pip wheel) is built with the pre-C++11 std::string ABI, but
+        # lib_api passes only C types across the boundary (and -Bsymbolic below binds our
+        # std:: symbols to our own definitions), so the library takes TensorFlow's C++11 ABI
+        # and shares its ops/core objects with the TensorFlow and C API libraries.
+        "-D_GLIBCXX_USE_CXX11_ABI=1",
         f"-DRATELNN_MX_VERSION={version}",
     ]
     # -Bsymbolic: calls inside the library bind to its own definitions, never to libmxnet's
@@ -90,17 +97,18 @@ def mxnet_build_flags() -> Tuple[List[str], List[str]]:
 
 def _build_mxnet_library() -> str:
     compile_flags, link_flags = mxnet_build_flags()
-    return str(build_library("ratelnn_mx", mxnet_sources(), compile_flags, link_flags))
+    return str(build_library("ratelnn_mx", mxnet_sources(), compile_flags, link_flags,
+                             core_sources=core_sources()))
 
 
 def mxnet_sources() -> List[str]:
-    """The sources of the MXNet op library: ops/core, ops/mxnet and the wheel's lib_api.cc."""
+    """The MXNet glue of the MXNet op library, ops/mxnet and the wheel's lib_api.cc, compiled
+    with :func:`mxnet_build_flags`; the library also links :func:`core_sources`."""
     lib_api_cc = _mxnet_package_dir() / "src" / "lib_api.cc"
     if not lib_api_cc.is_file():
         raise FileNotFoundError(f"{lib_api_cc} is missing: the MXNet wheel ships it with lib_api.h")
-    core = sorted((OPS_DIR / "core").glob("*.cc"))
     glue = sorted((OPS_DIR / "mxnet").glob("*.cc"))
-    return [str(p) for p in core + glue] + [str(lib_api_cc)]
+    return [str(p) for p in glue] + [str(lib_api_cc)]
 
 
 _BUILDERS = {"tensorflow": _build_tensorflow_library, "mxnet": _build_mxnet_library}

@@ -33,14 +33,21 @@ ISA_ENV = "RATELNN_ISA"
 
 
 def library_sources() -> List[Path]:
-    """Sources of the native executor library (no framework dependency)."""
+    """Sources of the native executor library (no framework dependency): the executor of
+    ops/core and its C API."""
     core = OPS_DIR / "core"
     return sorted(core.glob("npu_*.cc")) + [core / "isa.cc", OPS_DIR / "capi" / "npu_capi.cc"]
 
 
+# The C API passes C types only, so any C++ library ABI does; TensorFlow's (the C++11 one)
+# lets the executor's objects be those the TensorFlow op library already compiled.
+CAPI_FLAGS = ["-D_GLIBCXX_USE_CXX11_ABI=1"]
+
+
 def library_path() -> Path:
     """Path of the built (cached) native executor library."""
-    return build_library("ratelnn_npu", library_sources())
+    *core, capi = library_sources()
+    return build_library("ratelnn_npu", [capi], CAPI_FLAGS, core_sources=core)
 
 
 def _load():
