@@ -61,6 +61,7 @@ SHAPES = [
     ("mv2 dw3x3 14x576", "dw", 14, 14, 576, 576, 3, 1),
     ("mv2 dw3x3 7x960", "dw", 7, 7, 960, 960, 3, 1),
 ]
+SHAPE_BY_LABEL = {label: rest for label, *rest in SHAPES}  # label -> (kind, H, W, Cin, Cout, K, stride)
 # (label, kind, H, W, C): memory-bound ops, reported in G elements / s
 ELEMENTWISE = [
     ("add 56x56x256", "add", 56, 56, 256),
@@ -220,6 +221,18 @@ def tf_elementwise_fn(tf, kind, n, h, w, c):
     return tf.function(lambda: tf.reduce_mean(x, axis=(1, 2)))
 
 
+def shape_engines(only: str, n: int, rng):
+    """``(label, engine, int8 weights, input, MACs)`` of every :data:`SHAPES` entry whose label
+    contains ``only``, at batch ``n``."""
+    for label, kind, h, w, cin, cout, k, s in SHAPES:
+        if only not in label:
+            continue
+        eng, wq = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
+        y_shape = eng.outputs[0].shape
+        pix = int(np.prod(y_shape[1:-1])) if len(y_shape) > 2 else 1
+        yield label, eng, wq, random_input(rng, eng, n), n * pix * cout * (k * k * (1 if kind == "dw" else cin))
+
+
 def compare_paths(paths, n, threads, repeat, only, rng):
     """GMAC/s of every conv/fc shape (labels containing ``only``) on each kernel path."""
     from ratelnn.npu import ISA_PATHS, force_isa, supported_isas
@@ -232,14 +245,7 @@ def compare_paths(paths, n, threads, repeat, only, rng):
             print(f"not run: this CPU lacks the {p} kernel path")
     print(f"batch {n}, {threads} threads; GMAC/s per kernel path (min of {repeat} runs)")
     print(f"{'kernel':30s} {'MMACs':>8s} " + " ".join(f"{p:>12s}" for p in have))
-    for label, kind, h, w, cin, cout, k, s in SHAPES:
-        if only not in label:
-            continue
-        eng, _ = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
-        x = random_input(rng, eng, n)
-        y_shape = eng.outputs[0].shape
-        pix = int(np.prod(y_shape[1:-1])) if len(y_shape) > 2 else 1
-        macs = n * pix * cout * (k * k * (1 if kind == "dw" else cin))
+    for label, eng, _, x, macs in shape_engines(only, n, rng):
         rates = []
         for p in have:
             with force_isa(p):
@@ -277,14 +283,8 @@ def main(argv=None):
         return
     print(f"batch {n}, {args.threads} threads; GOPS = 2*MACs/s")
     print(f"{'kernel':30s} {'MMACs':>8s} {'native ms':>10s} {'GOPS':>7s} {'TF ms':>8s} {'TF GOPS':>8s} {'ratio':>6s}")
-    for label, kind, h, w, cin, cout, k, s in SHAPES:
-        if args.only not in label:
-            continue
-        eng, wq = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
-        x = random_input(rng, eng, n)
-        y_shape = eng.outputs[0].shape
-        pix = int(np.prod(y_shape[1:-1])) if len(y_shape) > 2 else 1
-        macs = n * pix * cout * (k * k * (1 if kind == "dw" else cin))
+    for label, eng, wq, x, macs in shape_engines(args.only, n, rng):
+        kind, h, w, cin, cout, k, s = SHAPE_BY_LABEL[label]
         t_nat = timeit(lambda: eng.run([x], backend="native", num_threads=args.threads), args.repeat)
         line = f"{label:30s} {macs / 1e6:8.1f} {t_nat * 1e3:10.3f} {2 * macs / t_nat / 1e9:7.1f}"
         if tf is not None:
