@@ -35,7 +35,7 @@ The result replaces the section between the markers of docs/benchmarks.md (the
 hand-written analysis around it is kept).
 
     python bench/emulator_speed.py [--models ResNet50,MobileNetV2,fer_emotion] [--batches 1,8]
-                                   [--repeats 10] [--calls 5] [--threads 2] [--profile]
+                                   [--repeats 10] [--calls 20] [--threads 2] [--profile]
 """
 from __future__ import annotations
 
@@ -332,7 +332,7 @@ def main() -> int:
     ap.add_argument("--models", default="ResNet50,MobileNetV2,fer_emotion")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
-    ap.add_argument("--calls", type=int, default=5, help="consecutive calls per contender and round")
+    ap.add_argument("--calls", type=int, default=20, help="consecutive calls per contender and round")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="per-instruction profile of the engines")
     ap.add_argument("--doc", type=Path, default=DOC, help="markdown file to write ('-': stdout only)")
