@@ -78,22 +78,9 @@ def block_engine(conv: bool):
 
 def resnet50_engines(path: Path):
     """The engine bytes of the compiled Keras ResNet50 (random weights), cached in ``path``."""
-    if path.exists():
-        return pickle.loads(path.read_bytes())
     sys.path.insert(0, str(BENCH))
-    import ratelnn
-    from emulator_speed import compiled_converter, image_shape, keras_model
-    from ratelnn.compiler import compile_graph
-    from ratelnn.frontend.tensorflow import freeze_keras
-    ratelnn.tf_init()
-    model = keras_model("ResNet50")
-    graph_def, inputs, outputs = freeze_keras(model)
-    with tempfile.TemporaryDirectory(prefix="ratelnn-r50-") as out:
-        conv = compiled_converter(graph_def, inputs, outputs, 1, out, image_shape(model))
-        ir = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
-    engines = [n.attrs["engine"] for n in ir.nodes if n.op == "Engine"]
-    path.write_bytes(pickle.dumps(engines))
-    return engines
+    from emulator_speed import cached_engine_bytes
+    return cached_engine_bytes("ResNet50", path)
 
 
 def measure(args):

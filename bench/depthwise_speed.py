@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
@@ -53,21 +52,8 @@ def micro(threads, repeat):
 
 def mobilenet_engines(path: Path):
     """The engine bytes of the compiled Keras MobileNetV2 (random weights), cached in ``path``."""
-    if path.exists():
-        return pickle.loads(path.read_bytes())
-    import ratelnn
-    from emulator_speed import compiled_converter, image_shape, keras_model
-    from ratelnn.compiler import compile_graph
-    from ratelnn.frontend.tensorflow import freeze_keras
-    ratelnn.tf_init()
-    model = keras_model("MobileNetV2")
-    graph_def, inputs, outputs = freeze_keras(model)
-    with tempfile.TemporaryDirectory(prefix="ratelnn-dw-") as out:
-        conv = compiled_converter(graph_def, inputs, outputs, 1, out, image_shape(model))
-        ir = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
-    engines = [n.attrs["engine"] for n in ir.nodes if n.op == "Engine"]
-    path.write_bytes(pickle.dumps(engines))
-    return engines
+    from emulator_speed import cached_engine_bytes
+    return cached_engine_bytes("MobileNetV2", path)
 
 
 def profile_shares(engine_file: Path, batch: int, threads: int):

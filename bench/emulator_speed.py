@@ -195,6 +195,26 @@ def engine_macs(compiled_ir, batch_size: int) -> int:
     return total
 
 
+def cached_engine_bytes(arch: str, path: Path) -> List[bytes]:
+    """The engine bytes of the Keras ``arch`` (random weights) compiled at batch 1, cached in
+    ``path`` (compiled and written on the first call)."""
+    import pickle
+    if path.exists():
+        return pickle.loads(path.read_bytes())
+    import ratelnn
+    from ratelnn.compiler import compile_graph
+    from ratelnn.frontend.tensorflow import freeze_keras
+    ratelnn.tf_init()
+    model = keras_model(arch)
+    graph_def, inputs, outputs = freeze_keras(model)
+    with tempfile.TemporaryDirectory(prefix="ratelnn-engines-") as out:
+        conv = compiled_converter(graph_def, inputs, outputs, 1, out, image_shape(model))
+        ir = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
+    engines = [n.attrs["engine"] for n in ir.nodes if n.op == "Engine"]
+    path.write_bytes(pickle.dumps(engines))
+    return engines
+
+
 def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -> Tuple[Callable, str, object, float]:
     """``(f, how, compiled IR, to_npu seconds)``: the compiled model in a Session (``how = "TF
     Session"``) when ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by
