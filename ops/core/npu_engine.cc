@@ -704,6 +704,7 @@ Engine decode_engine(const uint8_t* data, size_t size, const std::string& label)
     if (who.empty()) who = e.name;
     Validator(e).run();
     plan_fusions(e);
+    plan_batch_split(e);
   } catch (const EngineError& err) {
     if (who.empty()) who = e.name;
     throw EngineError("engine '" + who + "': " + err.what());

@@ -114,6 +114,9 @@ struct Engine {
   std::vector<int64_t> core_ids;
   int64_t split_mode = 0;
   int64_t sram_bytes = 0;
+  // The native executor's batch schedule (plan_batch_split, npu_exec.h): threads take whole
+  // samples instead of sharing each instruction.  Not part of the engine bytes.
+  bool split_by_sample = false;
 };
 
 // Decode and validate; `label` (may be empty) names the engine in errors when given,

@@ -759,6 +759,69 @@ int64_t tensor_bytes(const Engine& e, int tensor_id, int64_t batch) {
   return batch * t.sample_elements() * itemsize(t.dtype);
 }
 
+void plan_batch_split(Engine& e) {
+  int64_t constant_bytes = 0, sample_bytes = 0;
+  for (const ConstDesc& c : e.constants) constant_bytes += int64_t(c.data.size());
+  for (size_t id = 0; id < e.tensors.size(); ++id) sample_bytes += tensor_bytes(e, int(id), 1);
+  e.split_by_sample = constant_bytes <= sample_bytes;
+}
+
+namespace {
+
+// RATELNN_BATCH_SPLIT: "layers" or "samples" force a schedule; unset, "" or "auto" leave it
+// to the engine's plan (plan_batch_split).
+bool split_by_sample(const Engine& e) {
+  const char* v = std::getenv("RATELNN_BATCH_SPLIT");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "auto") == 0) return e.split_by_sample;
+  if (std::strcmp(v, "samples") == 0) return true;
+  if (std::strcmp(v, "layers") == 0) return false;
+  throw EngineError(std::string("RATELNN_BATCH_SPLIT=") + v + " names no batch schedule (known: auto, layers, samples)");
+}
+
+// Whether an output buffer shares bytes with an input buffer (a run in place): the Runner
+// then computes that output aside, which only a run over the whole batch can do.
+bool buffers_overlap(const Engine& e, int64_t batch, const std::vector<const void*>& inputs,
+                     const std::vector<void*>& outputs) {
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const uint8_t* o = static_cast<const uint8_t*>(outputs[k]);
+    const int64_t o_size = tensor_bytes(e, e.outputs[k], batch);
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      const uint8_t* i = static_cast<const uint8_t*>(inputs[j]);
+      if (o < i + tensor_bytes(e, e.inputs[j], batch) && i < o + o_size) return true;
+    }
+  }
+  return false;
+}
+
+// Samples [first, first + count) of the run's buffers: the same tensors at batch `count`.
+void run_slice(const Engine& e, int64_t first, int64_t count, const std::vector<const void*>& inputs,
+               const std::vector<void*>& outputs, int threads) {
+  std::vector<const void*> in(inputs.size());
+  std::vector<void*> out(outputs.size());
+  for (size_t k = 0; k < in.size(); ++k)
+    in[k] = static_cast<const uint8_t*>(inputs[k]) + first * tensor_bytes(e, e.inputs[k], 1);
+  for (size_t k = 0; k < out.size(); ++k)
+    out[k] = static_cast<uint8_t*>(outputs[k]) + first * tensor_bytes(e, e.outputs[k], 1);
+  PollWhileRunning polling(threads);
+  Runner(e, count, threads).run(in, out);
+}
+
+// The batch split by samples: each thread runs whole samples, one at a time, every
+// instruction on that thread alone, so a sample's activations stay in its core's cache and
+// threads meet once per run instead of once per instruction; samples never mix, so the bits
+// are those of the whole-batch run.  The last batch % threads samples run as one batch on
+// every thread.
+void run_by_sample(const Engine& e, int64_t batch, const std::vector<const void*>& inputs,
+                   const std::vector<void*>& outputs, int threads) {
+  const int64_t spread = batch - batch % threads;
+  parallel_for(spread, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) run_slice(e, s, 1, inputs, outputs, 1);
+  });
+  if (spread < batch) run_slice(e, spread, batch - spread, inputs, outputs, threads);
+}
+
+}  // namespace
+
 void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& inputs,
                 const std::vector<int64_t>& input_sizes, const std::vector<void*>& outputs,
                 const std::vector<int64_t>& output_sizes, int num_threads) {
@@ -778,8 +841,13 @@ void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& 
                         " bytes, expected " + std::to_string(want));
   }
   try {
-    PollWhileRunning polling(num_threads);  // no futex wake-up between instructions
-    Runner(e, batch, std::max(1, num_threads)).run(inputs, outputs);
+    const int threads = std::max(1, num_threads);
+    if (threads > 1 && batch >= threads && split_by_sample(e) && !buffers_overlap(e, batch, inputs, outputs)) {
+      run_by_sample(e, batch, inputs, outputs, threads);
+      return;
+    }
+    PollWhileRunning polling(threads);  // no futex wake-up between instructions
+    Runner(e, batch, threads).run(inputs, outputs);
   } catch (const std::bad_alloc&) {
     throw EngineError(who + "out of memory at batch " + std::to_string(batch));
   }

@@ -20,6 +20,14 @@ namespace npu {
 // npu_add_narrow.h), checked on every code pair.
 void plan_fusions(Engine& e);
 
+// The batch schedule of a validated engine (docs/architecture.md §7, "Batch split"):
+// Engine::split_by_sample when its constants take no more bytes than one sample's
+// activations (every thread then reads the weights once per sample but keeps the sample's
+// activations in its cache).  run_engine splits a batch of at least `num_threads` samples
+// by sample when set (RATELNN_BATCH_SPLIT=layers|samples forces either), else each
+// instruction's work over the threads.
+void plan_batch_split(Engine& e);
+
 // Bytes of engine tensor `tensor_id` at run-time batch `batch`.
 int64_t tensor_bytes(const Engine& e, int tensor_id, int64_t batch);
 

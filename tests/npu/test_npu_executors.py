@@ -369,6 +369,29 @@ def test_batch_size_is_free_at_run_time():
             np.testing.assert_array_equal(a, f[:n])  # samples are independent
 
 
+@pytest.mark.parametrize("schedule", ["layers", "samples", "auto"])
+def test_batch_split_schedules_give_the_same_bits(monkeypatch, schedule):
+    """RATELNN_BATCH_SPLIT forces how the native executor shares a batch among threads
+    (ops/core/npu_exec.h: whole samples per thread, or each instruction's work): any batch,
+    with the samples that do not fill a round of threads run together, gives the reference's
+    bits."""
+    monkeypatch.setenv("RATELNN_BATCH_SPLIT", schedule)
+    eng = conv_chain(2)
+    x = np.random.default_rng(3).integers(-128, 128, (7, 6, 6, 3)).astype(np.int8)
+    for n, threads in ((1, 2), (2, 2), (5, 2), (7, 3), (3, 4)):
+        ref = eng.run([x[:n]], backend="reference")
+        nat = eng.run([x[:n]], backend="native", num_threads=threads)
+        for r, a in zip(ref, nat):
+            np.testing.assert_array_equal(r, a)
+
+
+def test_an_unknown_batch_split_is_an_error(monkeypatch):
+    monkeypatch.setenv("RATELNN_BATCH_SPLIT", "diagonal")
+    x = np.zeros((4, 6, 6, 3), np.int8)
+    with pytest.raises(EngineError, match="RATELNN_BATCH_SPLIT=diagonal names no batch schedule"):
+        conv_chain(2).run([x], backend="native", num_threads=2)
+
+
 def test_run_rejects_wrong_inputs():
     eng = conv_chain(2)
     x = np.zeros((2, 6, 6, 3), np.int8)
