@@ -95,7 +95,8 @@ struct View {
 
 // RATELNN_NPU_PROFILE set to anything but "" or "0": every run prints one line per
 // instruction to stderr, "npu-profile\t<engine>\t<batch>\t<index>\t<opcode>\t<name>\t<us>",
-// us = wall microseconds of the instruction (its output allocation included).
+// us = wall microseconds of the instruction (its output allocation included).  Profiled runs
+// keep the layer schedule (run_engine), so each line covers the whole batch.
 bool profiling_enabled() {
   const char* v = std::getenv("RATELNN_NPU_PROFILE");
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
@@ -842,7 +843,9 @@ void run_engine(const Engine& e, int64_t batch, const std::vector<const void*>& 
   }
   try {
     const int threads = std::max(1, num_threads);
-    if (threads > 1 && batch >= threads && split_by_sample(e) && !buffers_overlap(e, batch, inputs, outputs)) {
+    // A profiled run keeps the layer schedule: one line per instruction, the whole batch's wall time.
+    if (threads > 1 && batch >= threads && split_by_sample(e) && !profiling_enabled() &&
+        !buffers_overlap(e, batch, inputs, outputs)) {
       run_by_sample(e, batch, inputs, outputs, threads);
       return;
     }
