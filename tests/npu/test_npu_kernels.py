@@ -503,3 +503,27 @@ def test_pointwise_8bit_packed_stores_and_ties():
                 assert len(np.unique(y)) > 3, (xdt, form, cout)  # not all clamped
                 if act_min is None and act_max is None and not ties:
                     assert (y == ylo).any() and (y == yhi).any(), (xdt, form, cout)  # the packs saturate both ends
+
+
+def test_pointwise_small_k_long_tiles():
+    """Small K takes pixel tiles of 2 or 4 x 48 rows when every thread keeps 4 of them
+    (conv_gemm_quad): pixel counts that give such tiles at 1 and 2 threads, with a last tile of
+    a few rows, one that takes a remainder below 6 (4 x 192 + 3) and row tails below 6; K from 4
+    to 96 (the 8 KiB limit picks 192, 96 or 48 rows), int8 and uint8 input, 8-bit and int16
+    outputs."""
+    rng = np.random.default_rng(11)
+    for pixels, k, cout, xdt, ydt in [(997, 16, 24, "int8", "uint8"), (1601, 16, 40, "uint8", "int8"),
+                                      (771, 8, 16, "int8", "int8"), (3085, 32, 96, "int8", "uint8"),
+                                      (1543, 64, 20, "uint8", "int16"), (1543, 96, 33, "int8", "uint8"),
+                                      (1290, 4, 17, "uint8", "uint8")]:
+        lo, hi = qrange(xdt)
+        x = rng.integers(lo, hi + 1, (1, 1, pixels, k)).astype(xdt)
+        wq = rng.integers(-127, 128, (1, 1, k, cout)).astype(np.int8)
+        bias = rng.integers(-3000, 3000, cout).astype(np.int32)
+        b = EngineBuilder("pointwise_long", 1)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.02), b.tensor("y", (1, 1, pixels, cout), ydt, 0.05)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, rng.uniform(1e-3, 2e-2, cout), bias), strides=(1, 1),
+              dilations=(1, 1), pads=(0, 0, 0, 0), groups=1, act_min=0 if ydt == "uint8" else None)
+        b.set_io([tx], [ty])
+        (y,) = check(b, [x])
+        assert len(np.unique(y)) > 20, (pixels, k, cout)
