@@ -34,14 +34,17 @@ inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 inline int64_t ceil_div(int64_t v, int64_t m) { return (v + m - 1) / m; }
 inline int64_t qabs_of(DType t) { return std::max(-qmin(t), qmax(t)); }
 
-// Pixel tiles of a GEMM over M pixels: kMT each, the last also taking a remainder below kMR,
-// so a 7x7 image at batch 1 is one tile of 49 (one pass over the weights), not 48 + 1.
+// Pixel tiles of a GEMM over M pixels: mt each (kMT unless said), the last also taking a
+// remainder below kMR, so a 7x7 image at batch 1 is one tile of 49 (one pass over the
+// weights), not 48 + 1.
 constexpr int kMaxMT = kMT + kMR - 1;
-inline int64_t tile_count(int64_t M) {
-  const int64_t t = ceil_div(M, kMT);
-  return t > 1 && M - (t - 1) * kMT < kMR ? t - 1 : t;
+inline int64_t tile_count(int64_t M, int64_t mt = kMT) {
+  const int64_t t = ceil_div(M, mt);
+  return t > 1 && M - (t - 1) * mt < kMR ? t - 1 : t;
 }
-inline int64_t tile_rows(int64_t M, int64_t tiles, int64_t tile) { return tile + 1 < tiles ? kMT : M - tile * kMT; }
+inline int64_t tile_rows(int64_t M, int64_t tiles, int64_t tile, int64_t mt = kMT) {
+  return tile + 1 < tiles ? mt : M - tile * mt;
+}
 
 // Position of lane i (0..7) of vpunpck half h in a block of 16 channels.
 inline int dw_channel(int h, int i) { return i < 4 ? i + 4 * h : i + 4 + 4 * h; }

@@ -462,3 +462,68 @@ def test_add_double_path_ties():
             b.set_io([ta, tb], [ty])
             ref = check(b, [a, c])[0]
             assert np.any((a.astype(int) + (1 if op == "ADD" else -1) * c) % 2 == 1) and np.unique(ref).size > 100
+
+
+POINTWISE_8BIT_FORMS = {"relu_u8": ("uint8", 0, None), "relu6_u8": ("uint8", 0, 200), "full_s8": ("int8", None, None),
+                        "narrow_s8": ("int8", -100, 90)}
+
+
+def test_pointwise_8bit_packed_stores_and_ties():
+    """The fused epilogue's packed 8-bit stores (four rows or row halves per vpackssdw /
+    vpack[us]swb / vpermd, npu_conv_kernels.inc): small K (4..64), lone and paired 16-channel
+    blocks with channel tails, pixel counts off the 6-row micro-tiles, int8 and uint8 input, the
+    uint8 ReLU over the whole range (no clamp, the packs saturate), a narrower ReLU, the whole
+    int8 range and a narrower one.  Multipliers 2^30 with weights in {-1, 0, 1} put about one
+    product in 16 on an exact rounding tie (t = 8 mod 16 with s = 34), negative ones included."""
+    ks, rng = [4, 8, 12, 16, 20, 32, 36, 64], np.random.default_rng(7)
+    case = 0
+    for xdt in ("int8", "uint8"):
+        for form, (ydt, act_min, act_max) in POINTWISE_8BIT_FORMS.items():
+            for cout in (8, 16, 24, 40, 96):
+                k, pixels, ties = ks[case % len(ks)], (7, 53, 101)[case % 3], case % 2 == 0
+                case += 1
+                lo, hi = qrange(xdt)
+                x = rng.integers(lo, hi + 1, (1, 1, pixels, k)).astype(xdt)
+                b = EngineBuilder("pointwise8", 1)
+                tx, ty = b.tensor("x", x.shape, xdt, 0.02), b.tensor("y", (1, 1, pixels, cout), ydt, 0.05)
+                if ties:
+                    wq = rng.integers(-1, 2, (1, 1, k, cout)).astype(np.int8)
+                    bias = rng.integers(-300, 300, cout).astype(np.int32)
+                    consts = [b.const("w", wq), b.const("bias", bias), b.const("m", np.full(cout, 2 ** 30, np.int32)),
+                              b.const("s", np.full(cout, 34, np.int32))]
+                else:
+                    wq = rng.integers(-127, 128, (1, 1, k, cout)).astype(np.int8)
+                    bias = rng.integers(-3000, 3000, cout).astype(np.int32)
+                    consts = requant_consts(b, wq, xdt, rng.uniform(1e-3, 2e-2, cout) * (1 if xdt == "int8" else 0.5), bias)
+                b.add("CONV2D", [tx], [ty], consts, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), groups=1,
+                      act_min=act_min, act_max=act_max)
+                b.set_io([tx], [ty])
+                (y,) = check(b, [x])
+                ylo, yhi = qrange(ydt)
+                assert len(np.unique(y)) > 3, (xdt, form, cout)  # not all clamped
+                if act_min is None and act_max is None and not ties:
+                    assert (y == ylo).any() and (y == yhi).any(), (xdt, form, cout)  # the packs saturate both ends
+
+
+def test_pointwise_small_k_long_tiles():
+    """Small K takes pixel tiles of 2 or 4 x 48 rows when every thread keeps 4 of them
+    (conv_gemm_quad): pixel counts that give such tiles at 1 and 2 threads, with a last tile of
+    a few rows, one that takes a remainder below 6 (4 x 192 + 3) and row tails below 6; K from 4
+    to 96 (the 8 KiB limit picks 192, 96 or 48 rows), int8 and uint8 input, 8-bit and int16
+    outputs."""
+    rng = np.random.default_rng(11)
+    for pixels, k, cout, xdt, ydt in [(997, 16, 24, "int8", "uint8"), (1601, 16, 40, "uint8", "int8"),
+                                      (771, 8, 16, "int8", "int8"), (3085, 32, 96, "int8", "uint8"),
+                                      (1543, 64, 20, "uint8", "int16"), (1543, 96, 33, "int8", "uint8"),
+                                      (1290, 4, 17, "uint8", "uint8")]:
+        lo, hi = qrange(xdt)
+        x = rng.integers(lo, hi + 1, (1, 1, pixels, k)).astype(xdt)
+        wq = rng.integers(-127, 128, (1, 1, k, cout)).astype(np.int8)
+        bias = rng.integers(-3000, 3000, cout).astype(np.int32)
+        b = EngineBuilder("pointwise_long", 1)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.02), b.tensor("y", (1, 1, pixels, cout), ydt, 0.05)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, rng.uniform(1e-3, 2e-2, cout), bias), strides=(1, 1),
+              dilations=(1, 1), pads=(0, 0, 0, 0), groups=1, act_min=0 if ydt == "uint8" else None)
+        b.set_io([tx], [ty])
+        (y,) = check(b, [x])
+        assert len(np.unique(y)) > 20, (pixels, k, cout)
