@@ -163,6 +163,33 @@ def test_depthwise_mobilenet_rows():
         assert len(np.unique(y)) > 50
 
 
+def test_depthwise_small_images_and_tails():
+    """MobileNetV2-like 3x3 depthwise convs on small images (7x7, 14x14, odd widths) whose
+    channels leave whole 16-channel blocks after the groups of 64 (two: the 2-block table of the
+    vpdpbusd runs, 32, 96, 160, 176; one: 16, 48, 80, 144) or a partial block (40, 200), strides 1 and
+    2 with symmetric and (0, 1, 0, 1) pads, int8 / uint8 in and out, clamp bounds inside the
+    output range (the clamp on bytes), batch 2: native equals the reference on every path."""
+    rng = np.random.default_rng(11)
+    cases = [(7, 7, 960, 1, (1, 1, 1, 1)), (7, 7, 160, 1, (1, 1, 1, 1)), (7, 7, 96, 1, (1, 1, 1, 1)), (14, 14, 144, 1, (1, 1, 1, 1)),
+             (14, 14, 48, 2, (0, 1, 0, 1)), (9, 13, 176, 2, (1, 1, 1, 1)), (7, 11, 16, 1, (1, 1, 1, 1)),
+             (6, 9, 32, 2, (0, 1, 0, 1)), (5, 10, 80, 1, (0, 1, 1, 0)), (7, 7, 40, 2, (1, 1, 1, 1)),
+             (8, 5, 200, 1, (1, 1, 1, 1)), (3, 18, 144, 2, (1, 1, 1, 1)), (5, 9, 32, 1, (1, 1, 1, 1))]
+    for i, (h, w, c, s, pads) in enumerate(cases):
+        xdt, ydt = ("int8", "uint8") if i % 2 == 0 else ("uint8", "int8")
+        lo, hi = qrange(xdt)
+        x = rng.integers(lo, hi + 1, (2, h, w, c)).astype(xdt)
+        wq = rng.integers(-128, 128, (3, 3, 1, c)).astype(np.int8)
+        oh, ow = (h + pads[0] + pads[1] - 3) // s + 1, (w + pads[2] + pads[3] - 3) // s + 1
+        act = (3, 140) if ydt == "uint8" else (-80, 70)
+        b = EngineBuilder("dw_small", 2)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.02), b.tensor("y", (2, oh, ow, c), ydt, 0.01)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, np.full(c, 0.02 * 0.002 / 0.01), rng.integers(-3000, 3000, c)),
+              strides=(s, s), dilations=(1, 1), pads=pads, groups=c, act_min=act[0], act_max=act[1])
+        b.set_io([tx], [ty])
+        (y,) = check(b, [x])
+        assert (y == act[0]).any() and (y == act[1]).any() and len(np.unique(y)) > 50, (h, w, c, s)
+
+
 @SETTINGS
 @given(data=st.data())
 def test_wide_and_scalar_convs(data):
