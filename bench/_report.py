@@ -17,7 +17,10 @@ HEADER = ("# Benchmarks\n\nMeasured numbers. Each section is written by the scri
 
 
 def write_section(key: str, markdown: str, doc: Path = DOC) -> None:
-    """Replace section ``key`` of ``doc`` with ``markdown`` (a whole section, heading included)."""
+    """Replace section ``key`` of ``doc`` with ``markdown`` (a whole section, heading included);
+    ``doc`` ``-`` writes nothing (the scripts print their section too)."""
+    if str(doc) == "-":
+        return
     start, end = f"<!-- {key}: start -->", f"<!-- {key}: end -->"
     text = doc.read_text() if doc.exists() else HEADER
     block = f"{start}\n{markdown.strip()}\n{end}"

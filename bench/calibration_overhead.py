@@ -218,7 +218,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="interleaved timing rounds")
     parser.add_argument("--threads", type=int, default=2, help="TensorFlow intra-op threads")
-    parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update")
+    parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update ('-': print only)")
     args = parser.parse_args()
     if args.repeats < 1 or args.threads < 1:
         parser.error("--repeats and --threads must be positive")

@@ -394,8 +394,7 @@ def main() -> int:
     command = "python bench/emulator_speed.py " + " ".join(sys.argv[1:])
     text = report(results, profiles, args, command.strip(), peak, conversions, load_start)
     print(text)
-    if str(args.doc) != "-":
-        write_section("emulator-speed", text, args.doc)
+    write_section("emulator-speed", text, args.doc)
     return 0 if all(r["medians"]["compiled"] <= TARGET_TF * r["medians"]["TF FP32"] and
                     r["medians"]["compiled"] <= target_tflite(r["batch"]) * r["medians"]["TFLite int8"]
                     for r in results) else 1
