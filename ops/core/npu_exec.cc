@@ -164,6 +164,18 @@ struct Buffer {
   uint8_t* data() const { return ptr; }
 };
 
+// Whether engine output k's buffer shares bytes with an input buffer, at `batch` samples.
+bool output_overlaps_input(const Engine& e, int64_t batch, const std::vector<const void*>& inputs,
+                           const std::vector<void*>& outputs, size_t k) {
+  const uint8_t* o = static_cast<const uint8_t*>(outputs[k]);
+  const int64_t o_size = tensor_bytes(e, e.outputs[k], batch);
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    const uint8_t* i = static_cast<const uint8_t*>(inputs[j]);
+    if (o < i + tensor_bytes(e, e.inputs[j], batch) && i < o + o_size) return true;
+  }
+  return false;
+}
+
 class Runner {
  public:
   Runner(const Engine& e, int64_t batch, int threads) : e_(e), n_(batch), threads_(threads), buf_(e.tensors.size()) {}
@@ -178,14 +190,7 @@ class Runner {
     std::vector<bool> keep(e_.tensors.size(), false);  // engine outputs live to the end
     for (int id : e_.outputs) keep[id] = true;
     for (size_t k = 0; k < e_.outputs.size(); ++k) {
-      const uint8_t* o = static_cast<const uint8_t*>(outputs[k]);
-      const int64_t o_size = tensor_bytes(e_, e_.outputs[k], n_);
-      bool overlaps = false;
-      for (size_t j = 0; j < e_.inputs.size(); ++j) {
-        const uint8_t* i = static_cast<const uint8_t*>(inputs[j]);
-        overlaps |= o < i + tensor_bytes(e_, e_.inputs[j], n_) && i < o + o_size;
-      }
-      if (!overlaps) destination[e_.outputs[k]] = outputs[k];
+      if (!output_overlaps_input(e_, n_, inputs, outputs, k)) destination[e_.outputs[k]] = outputs[k];
     }
     for (size_t k = 0; k < e_.inputs.size(); ++k) {  // inputs are never written (validated)
       Buffer& b = buf_[e_.inputs[k]];
@@ -779,18 +784,12 @@ bool split_by_sample(const Engine& e) {
   throw EngineError(std::string("RATELNN_BATCH_SPLIT=") + v + " names no batch schedule (known: auto, layers, samples)");
 }
 
-// Whether an output buffer shares bytes with an input buffer (a run in place): the Runner
+// Whether some output buffer shares bytes with an input buffer (a run in place): the Runner
 // then computes that output aside, which only a run over the whole batch can do.
 bool buffers_overlap(const Engine& e, int64_t batch, const std::vector<const void*>& inputs,
                      const std::vector<void*>& outputs) {
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const uint8_t* o = static_cast<const uint8_t*>(outputs[k]);
-    const int64_t o_size = tensor_bytes(e, e.outputs[k], batch);
-    for (size_t j = 0; j < inputs.size(); ++j) {
-      const uint8_t* i = static_cast<const uint8_t*>(inputs[j]);
-      if (o < i + tensor_bytes(e, e.inputs[j], batch) && i < o + o_size) return true;
-    }
-  }
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (output_overlaps_input(e, batch, inputs, outputs, k)) return true;
   return false;
 }
 
