@@ -121,11 +121,15 @@ def network_sum(tf, layers, n, threads, repeat, rng):
     return total_nat, total_tf
 
 
-def random_input(rng, eng, n):
-    """Codes over the whole range of the engine's (8-bit) input dtype, batch n."""
-    spec = eng.inputs[0]
+def random_codes(rng, spec, n):
+    """Codes over the whole range of an (8-bit) engine input ``spec``'s dtype, batch n."""
     lo, hi = (0, 256) if spec.dtype == np.uint8 else (-128, 128)
     return rng.integers(lo, hi, (n,) + spec.shape[1:]).astype(spec.dtype)
+
+
+def random_input(rng, eng, n):
+    """random_codes of the engine's first input."""
+    return random_codes(rng, eng.inputs[0], n)
 
 
 def timeit(fn, repeat):

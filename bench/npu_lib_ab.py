@@ -28,7 +28,7 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent), str(BENCH)]
 
-from npu_kernels import conv_engine, mobilenetv2_layers  # noqa: E402
+from npu_kernels import conv_engine, mobilenetv2_layers, random_codes  # noqa: E402
 from ratelnn.npu import native  # noqa: E402
 from ratelnn.npu.engine import Engine  # noqa: E402
 
@@ -69,8 +69,8 @@ class Runner:
 
 
 def random_inputs(view: Engine, batch: int, rng):
-    return [rng.integers(0, 256, (batch,) + s.shape[1:]).astype(s.dtype) if s.dtype == np.uint8 else
-            rng.integers(-128, 128, (batch,) + s.shape[1:]).astype(s.dtype) for s in view.inputs]
+    """npu_kernels.random_codes of every input of ``view``."""
+    return [random_codes(rng, s, batch) for s in view.inputs]
 
 
 def compare(label: str, steps, rounds: int, calls: int, macs: float = 0.0):
