@@ -548,33 +548,50 @@ class Runner {
     });
   }
 
+  // ---- MEAN: sum over the axes, then one rounding division per output.  Contiguous axes
+  // (x viewed as [outer, cells, inner], e.g. a global average pool) run in column blocks of
+  // kMeanColumns on the pool, each summing its cells rows in int64; other axes walk the index.
+  static constexpr int64_t kMeanColumns = 128;
   void mean(const Instruction& ins) {
     const Attrs& a = ins.attrs;
     View x = in(ins.inputs[0]);
     Shape kept = x.shape;  // the output shape with keepdims
     int64_t cells = 1;
     for (int64_t ax : a.axes) { cells *= kept[ax]; kept[ax] = 1; }
-    std::vector<int64_t> sum(product(kept), 0);
-    std::vector<int64_t> axes = a.axes;
-    std::sort(axes.begin(), axes.end());
-    if (axes.back() - axes.front() + 1 == int64_t(axes.size())) {  // x viewed as [outer, cells, inner]
-      int64_t inner = product(x.shape, axes.back() + 1), outer = product(x.shape, 0, axes.front());
-      std::vector<int32_t> row(inner);
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t r = 0; r < cells; ++r) {
-          load_codes(x.data, x.dtype, (o * cells + r) * inner, inner, INT64_MAX, row.data());
-          int64_t* acc = &sum[o * inner];
-          for (int64_t i = 0; i < inner; ++i) acc[i] += row[i];
-        }
-    } else {
-      Shape st[1] = {strides_of(kept)};
-      for (int64_t ax : a.axes) st[0][ax] = 0;
-      for_each_index<1>(x.shape, st, [&](int64_t k, const int64_t* off) { sum[off[0]] += load(x.data, x.dtype, k); });
-    }
     uint8_t* y = out(ins.outputs[0]);
     DType yt = dt(ins.outputs[0]);
-    int64_t den = cells << a.shifts[0];
-    for (size_t k = 0; k < sum.size(); ++k) store(y, yt, k, clamp(rdiv(sum[k] * a.multipliers[0], den), ins.lo, ins.hi));
+    const int64_t den = cells << a.shifts[0], m = a.multipliers[0];
+    std::vector<int64_t> axes = a.axes;
+    std::sort(axes.begin(), axes.end());
+    if (axes.back() - axes.front() + 1 == int64_t(axes.size())) {
+      const int64_t inner = product(x.shape, axes.back() + 1), outer = product(x.shape, 0, axes.front());
+      const int64_t blocks = (inner + kMeanColumns - 1) / kMeanColumns;
+      const int64_t rows32 = std::max<int64_t>(1, INT32_MAX / qabs(x.dtype));  // rows an int32 sum holds
+      parallel_for(outer * blocks, outer * cells * inner >= 8 * kChunk ? threads_ : 1, [&](int64_t begin, int64_t end) {
+        alignas(64) int32_t row[kMeanColumns], sum32[kMeanColumns], res[kMeanColumns];
+        alignas(64) int64_t acc[kMeanColumns];
+        for (int64_t u = begin; u < end; ++u) {
+          const int64_t o = u / blocks, c0 = (u % blocks) * kMeanColumns, n = std::min(kMeanColumns, inner - c0);
+          std::fill(acc, acc + n, 0);
+          for (int64_t r0 = 0; r0 < cells; r0 += rows32) {  // int32 partial sums of rows32 rows
+            std::fill(sum32, sum32 + n, 0);
+            for (int64_t r = r0; r < std::min(cells, r0 + rows32); ++r) {
+              load_codes(x.data, x.dtype, (o * cells + r) * inner + c0, n, INT64_MAX, row);
+              for (int64_t i = 0; i < n; ++i) sum32[i] += row[i];
+            }
+            for (int64_t i = 0; i < n; ++i) acc[i] += sum32[i];
+          }
+          for (int64_t i = 0; i < n; ++i) res[i] = int32_t(clamp(rdiv(acc[i] * m, den), ins.lo, ins.hi));
+          store_codes(yt, res, n, y, o * inner + c0);
+        }
+      });
+      return;
+    }
+    std::vector<int64_t> sum(product(kept), 0);
+    Shape st[1] = {strides_of(kept)};
+    for (int64_t ax : a.axes) st[0][ax] = 0;
+    for_each_index<1>(x.shape, st, [&](int64_t k, const int64_t* off) { sum[off[0]] += load(x.data, x.dtype, k); });
+    for (size_t k = 0; k < sum.size(); ++k) store(y, yt, k, clamp(rdiv(sum[k] * m, den), ins.lo, ins.hi));
   }
 
   void concat(const Instruction& ins) {

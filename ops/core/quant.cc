@@ -30,6 +30,15 @@ namespace isa_avx2 {
 }  // namespace isa_avx2
 #undef RATELNN_ISA_LEVEL
 #pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avx512f,avx512bw,avx512dq,avx512vl")
+#define RATELNN_ISA_LEVEL 2
+namespace isa_avx512 {
+#include "core/quant_kernels.inc"
+}  // namespace isa_avx512
+#undef RATELNN_ISA_LEVEL
+#pragma GCC pop_options
 #endif
 
 }  // namespace
@@ -96,6 +105,10 @@ template <typename T>
 void QuantizeUnits(const float* x, T* q, const ChannelLayout& layout, const float* scales,
                    RoundMode mode, int64_t unit_begin, int64_t unit_end) {
   ScopedExactFloatEnv exact_float;
+#if RATELNN_X86_PATHS
+  if (active_isa() >= Isa::kAvx512)
+    return isa_avx512::QuantizeUnitsAnyMode<T>(x, q, layout, scales, mode, unit_begin, unit_end);
+#endif
   RATELNN_ON_AVX2_OR_PORTABLE(QuantizeUnitsAnyMode<T>(x, q, layout, scales, mode, unit_begin, unit_end))
 }
 

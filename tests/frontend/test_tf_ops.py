@@ -22,6 +22,7 @@ import ratelnn
 from ratelnn import _build
 from ratelnn.calibration.stats import load_statistics
 from ratelnn.ir import arith
+from ratelnn.npu import supported_isas
 
 from helpers.stats import calibration_graph, expected_ranges, graph_tensors, random_batches, \
     subprocess_env
@@ -156,13 +157,15 @@ np.savez(sys.argv[2], **out)
 
 
 @pytest.mark.no_tf_math
-def test_quant_and_dequant_bits_on_the_portable_path(ops, tmp_path):
+@pytest.mark.parametrize("path", ["portable", "avx2", "avx512"])
+def test_quant_and_dequant_bits_on_each_path(ops, tmp_path, path):
     """RatelQuant/RatelDequant loops are compiled per path (ops/core/quant_kernels.inc: the
-    portable loops and the AVX2 ones, which the AVX-512 paths run too).  The other tests of
-    this module run the machine's path in process; this one forces the portable path
-    (RATELNN_ISA, a new process): the reference's bits for every dtype and round mode on
-    ties, subnormals, NaN/Inf."""
-    path = "portable"
+    portable loops, the AVX2 ones, which the AVX-VNNI path runs too, and the AVX-512 ones,
+    which the AVX-512 VNNI path runs too).  The other tests of this module run the machine's
+    path in process; this one forces each path (RATELNN_ISA, a new process): the reference's
+    bits for every dtype and round mode on ties, subnormals, NaN/Inf."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU has no {path} path")
     rng = np.random.default_rng(11)
     scales = [0.1, 1 / 3, 2.0 ** -20, 7.5]
     ties = (rng.integers(-70000, 70000, 4000) + 0.5).astype(np.float32)
@@ -183,7 +186,7 @@ def test_quant_and_dequant_bits_on_the_portable_path(ops, tmp_path):
 
 
 def test_quant_bits_on_the_machine_path_in_long_blocks(ops):
-    """The vector block loop of the machine's path (32 codes per step on AVX2 and up) on
+    """The vector block loop of the machine's path (32 codes per step on AVX2, 16 on AVX-512) on
     ties, subnormals, NaN/Inf, values beyond every code range, with a ragged tail: the
     reference's bits for every dtype and round mode."""
     rng = np.random.default_rng(12)

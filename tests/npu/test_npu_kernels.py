@@ -287,6 +287,32 @@ def test_pools_and_mean_wide_channels(data, is_max):
     check(b, [x])
 
 
+@SETTINGS
+@given(data=st.data())
+def test_mean_in_column_blocks(data):
+    """MEAN over contiguous axes on wide rows: several 128-column blocks with a tail, enough
+    elements to split over the threads, keepdims or not, an outer dimension of 1-3 (the
+    batch), mean over H and W or over W only, extreme codes."""
+    xdt, ydt = data.draw(ACT), data.draw(ACT)
+    n, h, w = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 9)), data.draw(st.integers(2, 9))
+    c = data.draw(st.sampled_from([128, 129, 255, 300, 1280]))
+    axes = data.draw(st.sampled_from([(1, 2), (2,)]))
+    keep = data.draw(st.booleans())
+    shape = (n, h, w, c)
+    out = tuple(1 if d in axes else s for d, s in enumerate(shape) if keep or d not in axes)
+    sx, sy = scale(data), scale(data)
+    lo, hi = qrange(xdt)
+    x = data.draw(st.sampled_from([rand_codes(data, shape, xdt), np.full(shape, hi), np.full(shape, lo)])).astype(xdt)
+    cells = int(np.prod([shape[a] for a in axes]))
+    m, s = quantize_multiplier(sx / sy, cells * qabs(xdt))
+    s = min(s, 62 - cells.bit_length())
+    b = EngineBuilder("mean", n)
+    tx, ty = b.tensor("x", shape, xdt, sx), b.tensor("y", out, ydt, sy)
+    b.add("MEAN", [tx], [ty], axes=axes, keepdims=keep, multipliers=[int(np.floor(sx / sy * 2 ** s + 0.5))], shifts=[s])
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
 # ------------------------------------------------------------------ the int8 dot-product path
 # On AVX-512 VNNI (zmm) and AVX-VNNI (ymm), 8-bit activations x int8 weights run vpdpbusd on
 # u8 x s8 k-quads, int8 activations entering as x + 128 with -128 * sum(w) folded into the bias
