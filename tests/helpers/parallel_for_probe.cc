@@ -16,15 +16,18 @@ extern "C" {
 
 // parallel_for over [0, total) with `threads` threads, each chunk sleeping `sleep_us` and
 // calling a nested parallel_for; unit `throw_at` throws (-1: none).  Writes the sum of the
-// units, the chunks run on the caller and on other threads, and the nested calls not run
-// inline.  Returns 0, or -1 with the exception's message in err.
+// units, the chunks run on the caller and on other threads, the nested calls not run inline,
+// and the first unit of the first chunk the caller and the other threads ran (-1: none).
+// Returns 0, or -1 with the exception's message in err.
 int ratelnn_probe_parallel_for(int64_t total, int threads, int64_t sleep_us, int64_t throw_at, int64_t* sum,
                                int64_t* counts, char* err, size_t err_len) {
-  std::atomic<int64_t> s{0}, on_caller{0}, on_other{0}, nested_moved{0};
+  std::atomic<int64_t> s{0}, on_caller{0}, on_other{0}, nested_moved{0}, first_caller{-1}, first_other{-1};
   const std::thread::id caller = std::this_thread::get_id();
   auto f = [&](int64_t begin, int64_t end) {
     const std::thread::id me = std::this_thread::get_id();
     (me == caller ? on_caller : on_other) += 1;
+    int64_t none = -1;
+    (me == caller ? first_caller : first_other).compare_exchange_strong(none, begin);
     ratelnn::npu::parallel_for(4, threads, [&](int64_t, int64_t) {
       if (std::this_thread::get_id() != me) nested_moved += 1;
     });
@@ -43,6 +46,7 @@ int ratelnn_probe_parallel_for(int64_t total, int threads, int64_t sleep_us, int
   }
   *sum = s;
   counts[0] = on_caller, counts[1] = on_other, counts[2] = nested_moved;
+  counts[3] = first_caller, counts[4] = first_other;
   return 0;
 }
 }

@@ -24,10 +24,10 @@ def probe():
                    ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
 
     def run(threads, sleep_us=0, throw_at=-1):
-        total_sum, counts, err = ctypes.c_int64(), (ctypes.c_int64 * 3)(), ctypes.create_string_buffer(256)
+        total_sum, counts, err = ctypes.c_int64(), (ctypes.c_int64 * 5)(), ctypes.create_string_buffer(256)
         if fn(TOTAL, threads, sleep_us, throw_at, ctypes.byref(total_sum), counts, err, len(err)) != 0:
             raise RuntimeError(err.value.decode())
-        return total_sum.value, dict(zip(("caller", "pool", "nested moved"), counts))
+        return total_sum.value, dict(zip(("caller", "pool", "nested moved", "caller first", "pool first"), counts))
     return run
 
 
@@ -40,6 +40,17 @@ def test_every_unit_once_on_the_caller_and_the_pool(probe, threads):
         assert counts["pool"] == 0, counts
     else:   # the caller sleeps 5 ms per chunk: a pool worker takes some of the 8-11 chunks
         assert counts["pool"] >= 1, counts
+
+
+def test_each_thread_starts_on_its_own_range(probe):
+    """With 2 threads the caller owns the first half of the chunks and the pool worker the
+    second: the caller starts at unit 0, and the worker, whenever it runs anything, starts in
+    the second half (it takes what is left of the first half only after its own range)."""
+    for _ in range(5):
+        _, counts = probe(2, sleep_us=2000)
+        assert counts["caller first"] == 0, counts
+        if counts["pool"]:
+            assert counts["pool first"] >= TOTAL // 2, counts
 
 
 def test_an_exception_in_a_chunk_reaches_the_caller(probe):
