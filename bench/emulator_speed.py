@@ -12,7 +12,9 @@ on the same random batch:
   ``TFLITE_BUILTINS_INT8`` ops (float input/output), ``tf.lite.Interpreter(num_threads=2)``
   (XNNPACK delegate, the default);
 - ``compiled``: ``converter(...).to_npu()`` (calibrated on a few random batches) run in a
-  Session with the same thread settings, its ``RatelEngineOp`` nodes on the native executor.
+  Session with the same thread settings, its ``RatelEngineOp`` nodes on the native executor;
+  as ratelnn's own runner does for a model wholly on the NPU, each call runs on the calling
+  thread (``RunOptions.inter_op_thread_pool=-1``, ``ratelnn.runners.tf_session_options``).
   When ``to_npu()`` cannot be exported to TensorFlow (no ``RatelEngineOp`` yet), the compiled
   IR graph runs instead: its Quant, engines (``Engine.run(backend="native",
   num_threads=2)``, decoded once) and Dequant in Python; the table says which.
@@ -93,21 +95,25 @@ def image_shape(model) -> tuple:
 
 # ------------------------------------------------------------------ contenders
 def session(graph_def, input_tensor: str, output_tensor: str, threads: int):
-    """``(sess, x, y)``: ``graph_def`` in a Session with ``threads`` intra-op threads (one
-    inter-op thread), and its input / output tensors."""
+    """``(sess, x, y, run_options)``: ``graph_def`` in a Session with ``threads`` intra-op
+    threads and one inter-op thread, set up as ratelnn's own runner sets it up
+    (``ratelnn.runners.tf_session_options``: a compiled model wholly on the NPU runs on the
+    calling thread), and its input / output tensors."""
     import tensorflow as tf
+
+    from ratelnn.runners import tf_session_options
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
+    config, run_options = tf_session_options(graph_def, intra_op_threads=threads, inter_op_threads=1)
     sess = tf.compat.v1.Session(graph=graph, config=config)
-    return sess, graph.get_tensor_by_name(input_tensor), graph.get_tensor_by_name(output_tensor)
+    return sess, graph.get_tensor_by_name(input_tensor), graph.get_tensor_by_name(output_tensor), run_options
 
 
 def session_runner(graph_def, input_tensor: str, output_tensor: str, threads: int) -> Callable:
     """f(batch) -> output of ``graph_def`` in a Session with ``threads`` intra-op threads."""
-    sess, x, y = session(graph_def, input_tensor, output_tensor, threads)
-    return lambda batch: sess.run(y, {x: batch})
+    sess, x, y, run_options = session(graph_def, input_tensor, output_tensor, threads)
+    return lambda batch: sess.run(y, {x: batch}, options=run_options)
 
 
 TFLITE_CONVERT_SECONDS: Dict[str, float] = {}  # per model: the converter's convert() time

@@ -35,9 +35,14 @@ PROFILED_CALLS = 50
 def session_call(graph_def, input_tensor: str, output_tensor: str, threads: int):
     """``(f(batch), traced(batch) -> {node: us})`` for ``graph_def`` in a Session."""
     import tensorflow as tf
-    sess, x, y = es.session(graph_def, input_tensor, output_tensor, threads)
-    call = sess.make_callable(y, [x])
+    sess, x, y, run_options = es.session(graph_def, input_tensor, output_tensor, threads)
+    call = sess.make_callable(y, [x], accept_options=run_options is not None)
+    if run_options is not None:
+        plain = call
+        call = lambda batch: plain(batch, options=run_options)  # noqa: E731
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    if run_options is not None:
+        options.MergeFrom(run_options)
 
     def traced(batch):
         meta = tf.compat.v1.RunMetadata()

@@ -5,7 +5,9 @@ returns one array per fetch.  The framework objects it builds are cached per mod
 so calling it batch after batch reuses them:
 
 - TensorFlow: the GraphDef is imported once into a ``tf.Graph`` run by one
-  ``tf.compat.v1.Session`` (kept for the lifetime of the cache entry).
+  ``tf.compat.v1.Session`` (kept for the lifetime of the cache entry).  A compiled model whose
+  every op runs on the NPU (:func:`runs_on_caller_thread`) is run on the calling thread
+  (:func:`tf_session_options`): no hand-off to TensorFlow's inter-op pool per call.
 - MXNet: the ``(symbol, arg_params, aux_params)`` tuple is bound once per set of input
   shapes (an executor per shape set).
 
@@ -31,8 +33,40 @@ def _tensor_name(name: str) -> str:
     return name if ":" in name else name + ":0"
 
 
+# The ops of a compiled model that runs wholly on the NPU: the engines, the quantize /
+# dequantize at their borders, and what carries no work.
+NPU_ONLY_OPS = frozenset({"Placeholder", "Const", "Identity", "NoOp", "RatelQuant", "RatelDequant", "RatelEngineOp"})
+
+
+def runs_on_caller_thread(graph_def: Any) -> bool:
+    """Whether ``graph_def`` is a compiled model with all its work in RatelEngineOp nodes (plus
+    the Quant/Dequant at their borders): a handful of ops in a chain, where TensorFlow's own
+    advice is to run ``Session::Run`` on the calling thread, since handing each call to the
+    inter-op pool costs about as much as the run's other overhead (~75 us of ~190 per call
+    on 2 vCPUs, docs/benchmarks.md)."""
+    ops = {node.op for node in graph_def.node}
+    return "RatelEngineOp" in ops and ops <= NPU_ONLY_OPS
+
+
+def tf_session_options(graph_def: Any, intra_op_threads: int = 0, inter_op_threads: int = 0):
+    """``(ConfigProto, RunOptions or None)`` to run ``graph_def`` with: for a model that
+    :func:`runs_on_caller_thread`, a session inter-op pool and RunOptions that run each call
+    on the calling thread (``inter_op_thread_pool=-1``); otherwise TensorFlow's defaults.
+    Thread counts of 0 leave TensorFlow's choice (one per core)."""
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra_op_threads,
+                                      inter_op_parallelism_threads=inter_op_threads)
+    if not runs_on_caller_thread(graph_def):
+        return config, None
+    config.inter_op_parallelism_threads = 0
+    config.session_inter_op_thread_pool.add().num_threads = 1
+    return config, tf.compat.v1.RunOptions(inter_op_thread_pool=-1)
+
+
 class TFRunner:
-    """A GraphDef in its own ``tf.Graph`` and ``Session``; ``run`` feeds by node or tensor name."""
+    """A GraphDef in its own ``tf.Graph`` and ``Session`` (:func:`tf_session_options`); ``run``
+    feeds by node or tensor name."""
 
     def __init__(self, graph_def: Any) -> None:
         import tensorflow as tf
@@ -42,7 +76,8 @@ class TFRunner:
         self.graph = tf.Graph()
         with self.graph.as_default():
             tf.compat.v1.import_graph_def(graph_def, name="")
-        self.session = tf.compat.v1.Session(graph=self.graph)
+        config, self.run_options = tf_session_options(graph_def)
+        self.session = tf.compat.v1.Session(graph=self.graph, config=config)
 
     def _tensor(self, name: str):
         try:
@@ -52,7 +87,7 @@ class TFRunner:
 
     def run(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]) -> List[np.ndarray]:
         feed_dict = {self._tensor(k): v for k, v in feeds.items()}
-        return list(self.session.run([self._tensor(f) for f in fetches], feed_dict))
+        return list(self.session.run([self._tensor(f) for f in fetches], feed_dict, options=self.run_options))
 
     def close(self) -> None:
         self.session.close()

@@ -269,3 +269,39 @@ def test_depthwise_conv_survives_the_quantized_model_round_trip(ops, tmp_path):
     assert not [n.name for n in via_quant.node if n.op == "DepthwiseConv2dNative"]
     np.testing.assert_array_equal(run_graph(via_quant, "x:0", "out:0", images, 4),
                                   run_graph(direct, "x:0", "out:0", images, 4))
+
+
+def test_compiled_model_runs_on_the_calling_thread_with_the_same_bits(ops, tmp_path):
+    """A model wholly on the NPU (RatelEngineOp and its Quant/Dequant) runs each Session call
+    on the calling thread in ratelnn's runner (ratelnn.runners.tf_session_options), with the
+    bits of a default Session; the float model, and a compiled one with an op left to the
+    CPU, keep TensorFlow's defaults."""
+    from ratelnn.frontend.tensorflow import converter
+    from ratelnn.runners import runner_for, runs_on_caller_thread, tf_session_options
+    from ratelnn.testing import run_graph
+
+    config = {"input_nodes": ["x"], "output_nodes": ["out"], "input_shapes": [[4, 8, 8, 3]],
+              "output_dir": str(tmp_path)}
+    graph_float = depthwise_graph_def()
+    c = converter(graph_float, config)
+    images = np.random.default_rng(3).uniform(0, 1, (4, 8, 8, 3)).astype(np.float32)
+    run_graph(c.to_cal(), "x:0", "out:0", images, 4)
+    npu = c.to_npu()
+    assert runs_on_caller_thread(npu) and not runs_on_caller_thread(graph_float)
+    with_cpu_op = tf.compat.v1.GraphDef()
+    with_cpu_op.CopyFrom(npu)
+    out = next(n for n in with_cpu_op.node if n.name == "out")
+    out.op = "Relu"   # a float op after the engine's Dequant: CPU work in the graph
+    assert not runs_on_caller_thread(with_cpu_op)
+    assert tf_session_options(graph_float)[1] is None
+    config_proto, run_options = tf_session_options(npu)
+    assert run_options.inter_op_thread_pool == -1 and len(config_proto.session_inter_op_thread_pool) == 1
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(npu, name="")
+    with tf.compat.v1.Session(graph=graph) as sess:
+        want = sess.run("out:0", {"x:0": images})
+    runner = runner_for("tensorflow", npu)
+    assert runner.run_options is not None
+    np.testing.assert_array_equal(runner.run({"x": images}, ["out"])[0], want)
