@@ -39,13 +39,14 @@ NPU_ONLY_OPS = frozenset({"Placeholder", "Const", "Identity", "NoOp", "RatelQuan
 
 
 def runs_on_caller_thread(graph_def: Any) -> bool:
-    """Whether ``graph_def`` is a compiled model with all its work in RatelEngineOp nodes (plus
-    the Quant/Dequant at their borders): a handful of ops in a chain, where TensorFlow's own
-    advice is to run ``Session::Run`` on the calling thread, since handing each call to the
-    inter-op pool costs about as much as the run's other overhead (~75 us of ~190 per call
-    on 2 vCPUs, docs/benchmarks.md)."""
-    ops = {node.op for node in graph_def.node}
-    return "RatelEngineOp" in ops and ops <= NPU_ONLY_OPS
+    """Whether ``graph_def`` is a compiled model with all its work in one RatelEngineOp node
+    (plus the Quant/Dequant at its borders): a handful of ops in a chain, where TensorFlow's
+    own advice is to run ``Session::Run`` on the calling thread, since handing each call to
+    the inter-op pool costs about as much as the run's other overhead (~75 us of ~190 per
+    call on 2 vCPUs, docs/benchmarks.md).  Several engines (a joint graph) may run side by
+    side on the inter-op pool, so they keep TensorFlow's defaults."""
+    ops = [node.op for node in graph_def.node]
+    return ops.count("RatelEngineOp") == 1 and set(ops) <= NPU_ONLY_OPS
 
 
 def tf_session_options(graph_def: Any, intra_op_threads: int = 0, inter_op_threads: int = 0):

@@ -274,8 +274,8 @@ def test_depthwise_conv_survives_the_quantized_model_round_trip(ops, tmp_path):
 def test_compiled_model_runs_on_the_calling_thread_with_the_same_bits(ops, tmp_path):
     """A model wholly on the NPU (RatelEngineOp and its Quant/Dequant) runs each Session call
     on the calling thread in ratelnn's runner (ratelnn.runners.tf_session_options), with the
-    bits of a default Session; the float model, and a compiled one with an op left to the
-    CPU, keep TensorFlow's defaults."""
+    bits of a default Session; the float model, a compiled one with an op left to the CPU and
+    one with two engines keep TensorFlow's defaults."""
     from ratelnn.frontend.tensorflow import converter
     from ratelnn.runners import runner_for, runs_on_caller_thread, tf_session_options
     from ratelnn.testing import run_graph
@@ -293,6 +293,11 @@ def test_compiled_model_runs_on_the_calling_thread_with_the_same_bits(ops, tmp_p
     out = next(n for n in with_cpu_op.node if n.name == "out")
     out.op = "Relu"   # a float op after the engine's Dequant: CPU work in the graph
     assert not runs_on_caller_thread(with_cpu_op)
+    two_engines = tf.compat.v1.GraphDef()
+    two_engines.CopyFrom(npu)
+    two_engines.node.add().CopyFrom(next(n for n in npu.node if n.op == "RatelEngineOp"))
+    two_engines.node[-1].name = "second_engine"
+    assert not runs_on_caller_thread(two_engines)   # engines that may run side by side
     assert tf_session_options(graph_float)[1] is None
     config_proto, run_options = tf_session_options(npu)
     assert run_options.inter_op_thread_pool == -1 and len(config_proto.session_inter_op_thread_pool) == 1
