@@ -11,7 +11,8 @@ compared: the libraries must give the same bits.
     python bench/npu_lib_ab.py OLD.so NEW.so --network /tmp/mv2.pkl   # a cached_engine_bytes file
 
 Shapes: MobileNetV2's 1x1 convs (bench/npu_kernels.py's ``conv_engine``: ``conv`` int8 in,
-uint8 ReLU out, as the expansions; ``proj`` uint8 in, int8 out, as the projections).
+uint8 ReLU out, as the expansions; ``proj`` uint8 in, int8 out, as the projections), then the
+stem convs of npu_kernels.SHAPES (labels with "conv1": ResNet50's 7x7/2, MobileNetV2's 3x3/2).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent), str(BENCH)]
 
-from npu_kernels import conv_engine, mobilenetv2_layers, random_codes  # noqa: E402
+from npu_kernels import SHAPES, conv_engine, mobilenetv2_layers, random_codes  # noqa: E402
 from ratelnn.npu import native  # noqa: E402
 from ratelnn.npu.engine import Engine  # noqa: E402
 
@@ -130,6 +131,13 @@ def main(argv=None):
             x = random_inputs(view, n, rng)
             steps = [[Runner(lib, view.to_bytes(), view, x, n, args.threads)] for lib in libs]
             compare(label, steps, args.rounds, args.calls, n * h * h * cin * cout)
+    for label, kind, h, w, cin, cout, k, s in SHAPES:
+        if "conv1" in label and args.only in label:
+            view, _ = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
+            x = random_inputs(view, n, rng)
+            oh, ow = view.outputs[0].shape[1:3]
+            steps = [[Runner(lib, view.to_bytes(), view, x, n, args.threads)] for lib in libs]
+            compare(label, steps, args.rounds, args.calls, n * oh * ow * k * k * cin * cout)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,50 @@ def test_stem_convs_on_every_kernel_path(path):
         assert np.unique(ref).size > 8, eng.name  # not saturated constants
 
 
+def _stem_epilogue_cases():
+    """(engine, input) pairs for the stem convs' fused epilogue forms on avx512_vnni (8-pixel
+    tiles, the last one overlapping the one before: output widths 9-19, none a multiple of 8):
+    int16 outputs (the 16-lane stores), uint8 with ReLU6-like bounds, int8 over its whole
+    range, a lone 16-channel block after a pair, Cin 1-4, strides 1-2, batch 1-3."""
+    rng = np.random.default_rng(8)
+    cases = []
+    # (Cin, k, stride, pads, H, W, Cout, x dtype, y dtype, act_min, act_max, batch)
+    for i, (cin, k, s, pads, h, w, cout, xdt, ydt, amin, amax, n) in enumerate([
+            (3, 3, 2, (0, 1, 0, 1), 11, 37, 32, "int8", "int16", 0, None, 1),
+            (3, 7, 2, (3, 3, 3, 3), 9, 30, 24, "uint8", "int16", None, None, 2),
+            (4, 3, 1, (1, 1, 1, 1), 5, 11, 48, "int8", "uint8", 0, 60, 3),
+            (1, 3, 1, (1, 1, 1, 1), 6, 21, 16, "uint8", "int8", None, None, 2),
+            (2, 5, 2, (2, 2, 2, 2), 7, 26, 40, "int8", "uint8", 0, None, 1)]):
+        oh, ow = (h + pads[0] + pads[1] - k) // s + 1, (w + pads[2] + pads[3] - k) // s + 1
+        lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
+        x = rng.integers(lo, hi + 1, (n, h, w, cin)).astype(xdt)
+        wq = rng.integers(-128, 128, (k, k, cin, cout)).astype(np.int8)
+        real = rng.uniform(0.5, 2.0, cout) * (0.05 * 0.004 / 0.1) * 2.0 ** -(k * k * cin // 40)
+        b = EngineBuilder(f"stem_epi{i}", n)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.05), b.tensor("y", (n, oh, ow, cout), ydt, 0.1)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, real, rng.integers(-3000, 3000, cout)),
+              strides=(s, s), dilations=(1, 1), pads=pads, groups=1, act_min=amin, act_max=amax)
+        b.set_io([tx], [ty])
+        cases.append((b.build(), x))
+    return cases
+
+
+@pytest.mark.parametrize("path", ISA_PATHS)
+def test_stem_epilogue_forms_on_every_kernel_path(path):
+    """The stem cases of every fused epilogue form, on each path this CPU has, 1 and 2
+    threads, bit-exact with the reference (a path the CPU lacks is reported as not run)."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
+    for eng, x in _stem_epilogue_cases():
+        (ref,) = eng.run([x], backend="reference")
+        with force_isa(path):
+            for threads in (1, 2):
+                (got,) = eng.run([x], backend="native", num_threads=threads)
+                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
+        assert np.unique(ref).size > 8, eng.name  # not saturated constants
+        assert (ref == ref.min()).mean() < 0.9 and (ref == ref.max()).mean() < 0.9, eng.name  # not clamped flat
+
+
 def test_best_path_is_the_default():
     """The best supported path runs unless RATELNN_ISA forces one (as when the suite is run
     once per path to emulate an older CPU)."""
