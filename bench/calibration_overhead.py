@@ -1,6 +1,8 @@
 """Calibration and quantized-model overhead on MobileNetV2, relative to the float model.
 
-Freezes Keras MobileNetV2 (weights=None, 224x224x3, batch 8), makes the calibration model
+Freezes Keras MobileNetV2 (weights=None, 224x224x3, batch 8; BatchNorm statistics taken from
+one batch of random images, so that the folded biases are non-zero as in a trained model:
+set_batch_norm_statistics), makes the calibration model
 (``to_cal``) and the quantized model (``to_quant``, statistics from a few random batches:
 enough for a *speed* measurement), then times one ``Session.run`` of each of the three
 GraphDefs in interleaved rounds (the order rotates every round) with the same input and the
@@ -51,6 +53,7 @@ def mobilenet_v2_graphs(output_dir: str):
     ratelnn.tf_init()
     keras.utils.set_random_seed(0)
     model = keras.applications.MobileNetV2(weights=None, input_shape=IMAGE_SHAPE)
+    set_batch_norm_statistics(model, random_images(BATCH, seed=3))
     graph_float, inputs, outputs = freeze_keras(model)
     input_tensor, output_tensor = inputs[0] + ":0", outputs[0] + ":0"
     config = {"input_nodes": inputs, "output_nodes": outputs,
@@ -63,6 +66,23 @@ def mobilenet_v2_graphs(output_dir: str):
               "float, optimised": conv.handler.export_graph(conv.graph),
               "calibration": graph_cal, "quantized": conv.to_quant()}
     return graphs, input_tensor, output_tensor
+
+
+def set_batch_norm_statistics(model, images: np.ndarray) -> None:
+    """Sets every BatchNormalization layer's moving mean and variance to those of ``images``
+    (one training-mode pass with momentum 0), as training leaves them: the folded biases are
+    then non-zero, as in any trained model, and TensorFlow fuses each convolution with its
+    bias and ReLU6.  With an untrained model's statistics (mean 0, variance 1, beta 0) every
+    folded bias is exactly 0, Grappler drops the BiasAdds, and ReLU6 runs as a separate op in
+    the optimised and calibration graphs (~6 ms of ~35 per batch) but not in the frozen
+    float graph, where the remapper fuses Conv2D + FusedBatchNorm + Relu6."""
+    import keras
+    layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    for layer in layers:
+        layer.momentum = 0.0
+    model(images, training=True)
+    for layer in layers:
+        layer.momentum = 0.99
 
 
 def random_images(count: int, seed: int) -> np.ndarray:
@@ -192,17 +212,24 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               "by adding one RatelMinMax op per quantized tensor. The quantized model simulates "
               "int8 with RatelQuant/RatelDequant ops around float kernels.",
               "",
-              "Where the extra time goes (TF step stats, issue 12): the graphs keep the same "
-              "fusions (Conv2D+BiasAdd fused by oneDNN in all of them, Relu6 a separate op in "
-              "all of them; Grappler folds the weights' Dequant ops into constants), so the "
-              "overhead is the ops' own work on the 66 calibrated tensors, 56.4 M elements per "
-              "batch: RatelMinMax's fused range + histogram scan (per path below; most of "
-              "these tensors are beyond L2, so the scan prefetches the next block as it counts), "
-              "RatelQuant (0.25 ns with the AVX2 intrinsics loop; GCC's vectorization of the "
-              "scalar loop took 0.56) and RatelDequant (0.07). The statistics snapshot "
+              "Where the extra time goes (TF step stats, issue 12): with the BatchNorm "
+              "statistics of a trained model (non-zero folded biases) oneDNN fuses every "
+              "convolution with its bias and ReLU6 in the optimised and calibration graphs "
+              "(`_MklNativeFusedConv2D`, `_MklNativeFusedDepthwiseConv2dNative`), as it fuses "
+              "Conv2D + FusedBatchNorm + Relu6 in the frozen float graph; the calibration model "
+              "adds the 66 RatelMinMax ops on 56.4 M elements per batch (~13 ms of the step's "
+              "op time on this machine): their fused range + histogram scan (per path below; "
+              "most of these tensors are beyond L2, so the scan prefetches the next block as "
+              "it counts), split over the intra-op threads. The quantized model adds RatelQuant "
+              "(0.14 ns per element with the AVX-512 loop, 0.27 with the AVX2 one; the "
+              "division x / scale bounds both) and RatelDequant. The statistics snapshot "
               "(66 histograms, 0.5-0.7 MB: 4-5 ms of CPU to serialize, 30-70 ms with the "
               "fsyncs on a loaded VM) is written "
               "every 0.2 s by a background thread, no longer by the op that found it due. "
+              "With an untrained model's statistics (all folded biases 0) Grappler drops the "
+              "BiasAdds, ReLU6 runs as a separate op in the optimised and calibration graphs "
+              "but not in the float one, and calibration / float measured 1.11-1.22 "
+              "(docs/benchmarks.md, session 10). "
               "On 2 shared vCPUs the ratios move by +-0.4 with the load: compare runs on a "
               "quiet machine only.",
               "",
