@@ -299,3 +299,19 @@ def test_op_libraries_compile_for_a_sapphire_rapids_target():
         results = list(pool.map(lambda unit: _syntax_check(*unit), units))
     failures = [(s, err[-2000:]) for s, rc, err in results if rc != 0]
     assert failures == []
+
+
+PEAK_INSTRUCTIONS = {"portable": "pmaddwd", "avx2": "vpmaddwd + vpaddd ymm", "avx_vnni": "vpdpbusd ymm",
+                     "avx512": "vpmaddwd + vpaddd zmm", "avx512_vnni": "vpdpbusd zmm"}
+
+
+@pytest.mark.parametrize("path", ISA_PATHS)
+def test_peak_probe_names_each_paths_multiply_add(path):
+    """bench/emulator_speed.py's machine peak: each path's probe times that path's own
+    multiply-add (the instruction its GEMM kernels use), at a plausible rate."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU has no {path} path")
+    with force_isa(path):
+        peak = native.peak_gmacs(seconds=0.02, repeats=1)
+    assert peak["path"] == path and peak["instruction"].startswith(PEAK_INSTRUCTIONS[path]), peak
+    assert 1.0 < peak["gmacs_per_core"] < 10000.0, peak
