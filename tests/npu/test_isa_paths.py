@@ -130,21 +130,6 @@ def _stem_cases():
     return cases
 
 
-@pytest.mark.parametrize("path", ISA_PATHS)
-def test_stem_convs_on_every_kernel_path(path):
-    """Stem convs forced onto each path this CPU has, 1 and 2 threads, bit-exact with the
-    reference; a path the CPU lacks is reported as not run."""
-    if path not in supported_isas():
-        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
-    for eng, x in _stem_cases():
-        (ref,) = eng.run([x], backend="reference")
-        with force_isa(path):
-            for threads in (1, 2):
-                (got,) = eng.run([x], backend="native", num_threads=threads)
-                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
-        assert np.unique(ref).size > 8, eng.name  # not saturated constants
-
-
 def _stem_epilogue_cases():
     """(engine, input) pairs for the stem convs' fused epilogue forms on avx512_vnni (8-pixel
     tiles, the last one overlapping the one before: output widths 9-19, none a multiple of 8):
@@ -173,13 +158,15 @@ def _stem_epilogue_cases():
     return cases
 
 
+@pytest.mark.parametrize("cases", [_stem_cases, _stem_epilogue_cases], ids=["shapes", "epilogue-forms"])
 @pytest.mark.parametrize("path", ISA_PATHS)
-def test_stem_epilogue_forms_on_every_kernel_path(path):
-    """The stem cases of every fused epilogue form, on each path this CPU has, 1 and 2
-    threads, bit-exact with the reference (a path the CPU lacks is reported as not run)."""
+def test_stem_convs_on_every_kernel_path(path, cases):
+    """Stem convs (their shapes, and every fused epilogue form) forced onto each path this CPU
+    has, 1 and 2 threads, bit-exact with the reference; a path the CPU lacks is reported as
+    not run."""
     if path not in supported_isas():
         pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
-    for eng, x in _stem_epilogue_cases():
+    for eng, x in cases():
         (ref,) = eng.run([x], backend="reference")
         with force_isa(path):
             for threads in (1, 2):
