@@ -550,7 +550,8 @@ class Runner {
 
   // ---- MEAN: sum over the axes, then one rounding division per output.  Contiguous axes
   // (x viewed as [outer, cells, inner], e.g. a global average pool) run in column blocks of
-  // kMeanColumns on the pool, each summing its cells rows in int64; other axes walk the index.
+  // kMeanColumns on the pool, each summing its cells rows in int32 runs that cannot overflow,
+  // added up in int64 (the same sum); other axes walk the index.
   static constexpr int64_t kMeanColumns = 128;
   void mean(const Instruction& ins) {
     const Attrs& a = ins.attrs;
