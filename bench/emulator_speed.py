@@ -222,8 +222,8 @@ def cached_engine_bytes(arch: str, path: Path) -> List[bytes]:
 
 
 def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -> Tuple[Callable, str, object, float]:
-    """``(f, how, compiled IR, to_npu seconds)``: the compiled model in a Session (``how = "TF
-    Session"``) when ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by
+    """``(f, how, compiled IR, to_npu seconds)``: the compiled model in a Session (``how`` starts
+    with "TF Session") when ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by
     :func:`ir_runner`."""
     from ratelnn.compiler import compile_graph
     from ratelnn.errors import ModelError
@@ -237,7 +237,9 @@ def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -
     to_npu_s = time.perf_counter() - start
     if not any(n.op == "RatelEngineOp" for n in graph_npu.node):
         raise RuntimeError("to_npu() returned a GraphDef without RatelEngineOp nodes")
-    return session_runner(graph_npu, input_tensor, output_tensor, threads), "TF Session", compiled_ir, to_npu_s
+    from ratelnn.runners import runs_on_caller_thread
+    how = "TF Session, each call on the calling thread" if runs_on_caller_thread(graph_npu) else "TF Session"
+    return session_runner(graph_npu, input_tensor, output_tensor, threads), how, compiled_ir, to_npu_s
 
 
 # ------------------------------------------------------------------ timing
