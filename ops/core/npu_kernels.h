@@ -16,8 +16,8 @@
 //   quad_correction[o] = -128 * sum_k w[k][o] restores the sum.  The avx512_vnni path reads a
 //   16-channel quad row as one zmm, the avx_vnni path as two ymm halves (channels 0-7, 8-15)
 //   (docs/npu-arithmetic.md, "Kernel paths" gives the exactness argument).
-//   Stem rows (groups 1, cg <= 4, kh * kw > 1, dilation 1 across: MobileNetV2's and ResNet50's
-//   first convs): packed_quads instead int8 [ceil(cout/16)][kh][qr][16 channels][4],
+//   Stem rows (groups 1, cg <= 8, kh * kw > 1, dilation 1 across: MobileNetV2's and ResNet50's
+//   first convs, fer's second): packed_quads instead int8 [ceil(cout/16)][kh][qr][16 channels][4],
 //   qr = ceil(kw * cg / 4), each kernel row's kw * cg values (kx, ci) then zero weights, so
 //   the kernel reads each row's quads straight from a zero-padded u8 copy of x (no im2col).
 // - kDepthwise (cg == 1, groups > 1, not wide): per output pixel, 16 channels at a time, two

@@ -134,7 +134,7 @@ def _stem_epilogue_cases():
     """(engine, input) pairs for the stem convs' fused epilogue forms on avx512_vnni (8-pixel
     tiles, the last one overlapping the one before: output widths 9-19, none a multiple of 8):
     int16 outputs (the 16-lane stores), uint8 with ReLU6-like bounds, int8 over its whole
-    range, a lone 16-channel block after a pair, Cin 1-4, strides 1-2, batch 1-3."""
+    range, a lone 16-channel block after a pair, Cin 1-8, strides 1-2, batch 1-3."""
     rng = np.random.default_rng(8)
     cases = []
     # (Cin, k, stride, pads, H, W, Cout, x dtype, y dtype, act_min, act_max, batch)
@@ -143,7 +143,9 @@ def _stem_epilogue_cases():
             (3, 7, 2, (3, 3, 3, 3), 9, 30, 24, "uint8", "int16", None, None, 2),
             (4, 3, 1, (1, 1, 1, 1), 5, 11, 48, "int8", "uint8", 0, 60, 3),
             (1, 3, 1, (1, 1, 1, 1), 6, 21, 16, "uint8", "int8", None, None, 2),
-            (2, 5, 2, (2, 2, 2, 2), 7, 26, 40, "int8", "uint8", 0, None, 1)]):
+            (2, 5, 2, (2, 2, 2, 2), 7, 26, 40, "int8", "uint8", 0, None, 1),
+            (8, 3, 1, (1, 1, 1, 1), 9, 23, 8, "uint8", "uint8", 0, None, 2),   # fer's second conv
+            (5, 3, 2, (0, 1, 0, 1), 8, 19, 24, "int8", "int8", None, None, 1)]):
         oh, ow = (h + pads[0] + pads[1] - k) // s + 1, (w + pads[2] + pads[3] - k) // s + 1
         lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
         x = rng.integers(lo, hi + 1, (n, h, w, cin)).astype(xdt)
