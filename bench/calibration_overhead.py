@@ -78,11 +78,12 @@ def set_batch_norm_statistics(model, images: np.ndarray) -> None:
     float graph, where the remapper fuses Conv2D + FusedBatchNorm + Relu6."""
     import keras
     layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    momenta = [layer.momentum for layer in layers]
     for layer in layers:
         layer.momentum = 0.0
     model(images, training=True)
-    for layer in layers:
-        layer.momentum = 0.99
+    for layer, momentum in zip(layers, momenta):
+        layer.momentum = momentum
 
 
 def random_images(count: int, seed: int) -> np.ndarray:
