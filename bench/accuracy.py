@@ -11,7 +11,7 @@ and of the compiled model (``to_npu``, engines on the emulated NPU) for each
 and with a raised budget), naive with the worst layers named by ``analyze()`` forced to
 int16 through ``layer_configs``, naive with ``analyze()``'s own suggestions (int16 or fp32),
 naive with the graph input in int16, and naive with every activation (then also every
-weight) in int16 (the most int16 can recover); then each accuracy pass of issue 14 on naive
+weight) in int16 (the most int16 can recover); then each accuracy pass on naive
 (cross-layer equalization, empirical bias correction, AdaRound) and ``c.tune()`` (metric:
 top-1 agreement with FP32 on the calibration images, target 99 % within 1.3 x the all-int8
 latency: it never sees the test images or their labels).  Every row shows the compiled model's predicted NPU latency of one
@@ -131,7 +131,7 @@ def worst_layers_int16(report) -> list:
             if r.sqnr_drop_db >= SUGGEST_DROP_DB]
 
 
-# issue 14's accuracy passes, each alone on naive int8 (docs/quantization.md)
+# the accuracy passes, each alone on naive int8 (docs/quantization.md)
 PASS_ROWS = (("equalization", {"equalization": True}),
              ("bias correction (empirical)", {"bias_correction": "empirical"}),
              ("AdaRound (200 iterations)", {"adaround_iterations": 200}))

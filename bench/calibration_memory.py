@@ -1,4 +1,4 @@
-"""Memory and disk of calibration statistics: 50 versus 500 batches (issue 5).
+"""Memory and disk of calibration statistics: 50 versus 500 batches.
 
 For each batch count, a fresh process freezes the (untrained) Fashion-MNIST CNN of
 ``ratelnn.testing`` (batch 32), runs its calibration model on that many batches of random

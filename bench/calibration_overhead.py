@@ -7,7 +7,7 @@ set_batch_norm_statistics), makes the calibration model
 enough for a *speed* measurement), then times one ``Session.run`` of each of the three
 GraphDefs in interleaved rounds (the order rotates every round) with the same input and the
 same thread count, and reports the median time per batch and the ratios
-calibration/float and quantized/float (issue 12's targets: <= 1.15 and <= 1.3). It also
+calibration/float and quantized/float (targets: <= 1.15 and <= 1.3). It also
 times RatelMinMax alone on the calibration model's own tensors, one thread, on every kernel
 path this CPU has: CPU time per element, which moves less with the load than the ratios.
 
@@ -36,7 +36,7 @@ DOC = REPO / "docs" / "benchmarks.md"
 BATCH = 8
 IMAGE_SHAPE = (224, 224, 3)
 CALIBRATION_BATCHES = 3
-TARGETS = {"calibration": 1.15, "quantized": 1.3}  # max ratio to the float model's time (issue 12)
+TARGETS = {"calibration": 1.15, "quantized": 1.3}  # max ratio to the float model's time
 
 
 def mobilenet_v2_graphs(output_dir: str):
@@ -213,7 +213,7 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               "by adding one RatelMinMax op per quantized tensor. The quantized model simulates "
               "int8 with RatelQuant/RatelDequant ops around float kernels.",
               "",
-              "Where the extra time goes (TF step stats, issue 12): with the BatchNorm "
+              "Where the extra time goes (TF step stats): with the BatchNorm "
               "statistics of a trained model (non-zero folded biases) oneDNN fuses every "
               "convolution with its bias and ReLU6 in the optimised and calibration graphs "
               "(`_MklNativeFusedConv2D`, `_MklNativeFusedDepthwiseConv2dNative`), as it fuses "
@@ -226,11 +226,11 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               "division x / scale bounds both) and RatelDequant. The statistics snapshot "
               "(66 histograms, 0.5-0.7 MB: 4-5 ms of CPU to serialize, 30-70 ms with the "
               "fsyncs on a loaded VM) is written "
-              "every 0.2 s by a background thread, no longer by the op that found it due. "
+              "every 0.2 s by a background thread, not by the op that found it due. "
               "With an untrained model's statistics (all folded biases 0) Grappler drops the "
               "BiasAdds, ReLU6 runs as a separate op in the optimised and calibration graphs "
               "but not in the float one, and calibration / float measured 1.11-1.22 "
-              "(docs/benchmarks.md, session 10). "
+              "(docs/benchmarks.md, "Calibration and quantized-model overhead"). "
               "On 2 shared vCPUs the ratios move by +-0.4 with the load: compare runs on a "
               "quiet machine only.",
               "",

@@ -1,4 +1,4 @@
-"""Distributed calibration on Ray (issue 17): speed-up from 1 to 2 workers on this machine,
+"""Distributed calibration on Ray: speed-up from 1 to 2 workers on this machine,
 the driver's merge cost per shard, and a paper estimate for 50,000 images on 16 nodes.
 
 Keras MobileNetV2 (weights=None, 96x96x3, batch 16) frozen to a GraphDef; calibration on
@@ -107,7 +107,7 @@ def main() -> None:
     t_one = batches_total * per_batch
     estimate = t_workers + t_merge
 
-    section = f"""## Distributed calibration on Ray (issue 17)
+    section = f"""## Distributed calibration on Ray
 
 Command: `python bench/distributed.py --batches {args.batches} --repeats {args.repeats}`
 

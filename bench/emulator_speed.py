@@ -22,7 +22,7 @@ on the same random batch:
 Reported: median ms per batch of each contender in the steady state (calls 2 onwards of a
 turn; the first call of a turn is reported apart, as the first-call ratio: the contender
 before it leaves its thread pool spin-waiting on the cores) and the ratios compiled / TF FP32
-(issue 12's target: <= 0.5) and compiled / TFLite int8 (targets: <= 1.5 at batch 1, <= 1.2
+(target: <= 0.5) and compiled / TFLite int8 (targets: <= 1.5 at batch 1, <= 1.2
 at batch 8); the compiled model's
 achieved GMAC/s (CONV2D and FULLY_CONNECTED multiply-adds of its engines / compiled time)
 and its fraction of the machine's measured peak (``ratelnn.npu.native.peak_gmacs``: a tight
@@ -62,12 +62,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DOC = REPO / "docs" / "benchmarks.md"
 CALIBRATION_BATCHES = 2
-TARGET_TF = 0.5      # compiled / TF FP32 time (issue 12)
+TARGET_TF = 0.5      # compiled / TF FP32 time: the target bound
 PRETRAINED = {"fer_emotion": "load_emotion"}   # bench/pretrained.py loaders of real graphs
 
 
 def target_tflite(batch_size: int) -> float:
-    """Issue 12's bound on compiled / TFLite int8 time: 1.5 at batch 1, 1.2 from batch 8."""
+    """The bound on compiled / TFLite int8 time: 1.5 at batch 1, 1.2 from batch 8."""
     return 1.2 if batch_size >= 8 else 1.5
 PROFILE_PREFIX = "npu-profile\t"
 

@@ -1,4 +1,4 @@
-"""Where a compiled model's time goes outside the engine's instructions (issue 12, small models).
+"""Where a compiled model's time goes outside the engine's instructions (small models).
 
 For one model of bench/emulator_speed.py (default fer's pretrained mini-Xception, 64x64x1) at
 each batch size, the compiled GraphDef (``to_npu()``) runs in a ``tf.compat.v1.Session``

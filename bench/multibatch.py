@@ -94,7 +94,7 @@ def main() -> None:
     multi_rows, single_rows = measure([multi, single], inp, out, x, args.repeats)
     per_size = profile_batch_sizes(multi)
     lines = [
-        "## Multi-batch: throughput per batch size (issue 15)",
+        "## Multi-batch: throughput per batch size",
         "",
         f"`python bench/multibatch.py --sizes {args.sizes} --repeats {args.repeats}`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_name()}, {os.cpu_count()} CPUs "

@@ -1,4 +1,4 @@
-"""How the IR passes scale (issue 16 item 4, docs/reliability.md "Bounded work").
+"""How the IR passes scale (docs/reliability.md "Bounded work").
 
     python bench/pass_scaling.py            # prints a table; --doc writes it into docs/reliability.md
 

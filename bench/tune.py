@@ -10,7 +10,7 @@ test inputs (lowest over the outputs, as bench/real_models.py) and its predicted
 (one inference, ratelnn.profile).  TFLite: full-integer PTQ (``TFLITE_BUILTINS_INT8``,
 float input/output; ``TFLITE_BUILTINS``, then ``SELECT_TF_OPS``, added when that fails) with the calibration inputs
 as ``representative_dataset``, the same cosine on the test inputs.  Acceptance per model
-(issue 14): where naive int8 loses (cosine < 0.99), tune reaches >= 0.99 within 1.3 x the
+(docs/quantization.md §11): where naive int8 loses (cosine < 0.99), tune reaches >= 0.99 within 1.3 x the
 all-int8 latency, and is never below TFLite.
 
 Writes its section of docs/benchmarks.md.
@@ -297,7 +297,7 @@ def tflite_value(row):
 
 
 def summary(row) -> str:
-    """One line of the summary table: the acceptance of issue 14 for the model."""
+    """One line of the summary table: the acceptance check for the model."""
     if "error" in row:
         return f"| {row['name']} | - | - | - | - | not tuned: {row['error'][:120]} |"
     r = row["result"]

@@ -58,7 +58,7 @@ import numpy as np
 from .errors import CalibrationError, RatelError, TimeLimitExceeded
 
 METHODS = ("naive", "kld", "percentile", "mse")
-# accuracy passes (issue 14): config key -> values tried, in order; skipped while the
+# accuracy passes: config key -> values tried, in order; skipped while the
 # config does not know the key (docs/quantization.md)
 PASSES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
     ("equalization", (True,)),

@@ -1,5 +1,5 @@
 """``compiler_check``: the compiled engines against the quantized model on sample data
-(docs/multi-batch.md, "Compiler check"; issue 15 item 6).
+(docs/multi-batch.md, "Compiler check").
 
 For every engine node, the engine inputs are the quantized model's codes (QDQ graph, numpy
 IR evaluator) of its input tensors.  Then:

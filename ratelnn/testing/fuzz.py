@@ -1,4 +1,4 @@
-"""Fuzzing the readers of untrusted input (issue 16 item 6, docs/reliability.md "Fuzzing").
+"""Fuzzing the readers of untrusted input (docs/reliability.md "Fuzzing").
 
 Targets: ``engine`` (engine bytes: Engine.from_bytes, then both executors on accepted ones,
 which must agree bit for bit), ``stats`` (a ``.rstats`` statistics file), ``graphdef`` (a
