@@ -1,5 +1,5 @@
 """``python -m agraph list``: every registered model with its framework and weight source;
-the zoo has 11 TensorFlow and 9 MXNet models (issue 13)."""
+the zoo has 11 TensorFlow and 9 MXNet models (docs/agraph.md)."""
 import json
 
 import pytest

@@ -1,4 +1,4 @@
-"""A zoo model's FP32 build gives the same bytes in two processes (issue 13: the store's
+"""A zoo model's FP32 build gives the same bytes in two processes (docs/agraph.md: the store's
 export/import promises byte-identical models).  TensorFlow's freezing ordered the nodes of
 mtcnn_rnet_tf by Python's hash seed (two builds under PYTHONHASHSEED 1 and 2 differed);
 ``ratelnn.frontend.tensorflow.freeze`` now emits one canonical order.  The builds only

@@ -1,7 +1,7 @@
 """Zoo models with random weights, MXNet (Gluon model zoo ResNet18-v1 and MobileNetV2 at their
 reduced TEST_INPUT_SHAPES, SqueezeNet 1.1 at 224x224, the only size its fixed last pool
 takes): FP32 -> quant -> npu runs and the compiled model's logits stay close to FP32 on
-scikit-image's sample photos (issue 13). Random weights mean no accuracy: the threshold is
+scikit-image's sample photos. Random weights mean no accuracy: the threshold is
 on the mean cosine to FP32."""
 from __future__ import annotations
 

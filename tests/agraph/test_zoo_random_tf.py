@@ -1,6 +1,6 @@
 """Zoo models with random weights, TensorFlow (Keras applications): at the reduced
 TEST_INPUT_SHAPES, FP32 -> quant -> npu runs and the compiled model's logits stay close to
-FP32 on scikit-image's sample photos (issue 13). Random weights mean no accuracy: the
+FP32 on scikit-image's sample photos. Random weights mean no accuracy: the
 threshold is on the mean cosine to FP32 (top-1 agreement is printed; on random logits it is
 noisy).
 

@@ -1,5 +1,5 @@
 """Zoo models with shipped weights ported to MXNet (MTCNN P/R/O-Net, fer's emotion net):
-FP32 -> quant -> npu keeps the metric on the real images of lfw_face_nonface (issue 13)."""
+FP32 -> quant -> npu keeps the metric on the real images of lfw_face_nonface."""
 from __future__ import annotations
 
 import pytest

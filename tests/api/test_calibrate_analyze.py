@@ -261,8 +261,8 @@ def test_analyze_against_npu_captures_engine_tensors(analyzed):
 
 
 def test_analyze_drops_suggestions_that_lower_the_output(analyzed, monkeypatch):
-    """Suggestions are checked on all the analyzed data (issue 14: on a pose net they made the
-    output worse): a harmful one (uint8 clips the signed output of ``last``) after a good one
+    """Suggestions are checked on all the analyzed data (a suggestion can make a
+    network's output worse): a harmful one (uint8 clips the signed output of ``last``) after a good one
     is dropped, the good one kept, and the check reports both metrics."""
     from ratelnn import analysis
     conv, data, report = analyzed

@@ -148,7 +148,7 @@ def test_run_executes_the_compiled_model_in_batches_and_reports_device_time(tiny
     np.testing.assert_array_equal(got, want)
     float_out = run_model("tensorflow", _graph_def(tiny["model"]), {tiny["in"]: x}, [tiny["out"]])[0]
     assert np.abs(got - float_out).max() < 0.02
-    # the compiled model keeps the free batch of the Keras model (issue 10 item 4): one run
+    # the compiled model keeps the free batch of the Keras model: one run
     assert "device time (recorded)" in out and "for 1 engine runs, 10 samples" in out
     assert "device time (cost model)" in out
 

@@ -1,4 +1,4 @@
-"""The command line on bad input and interrupted builds (issue 16 items 2, 5, 6): statistics
+"""The command line on bad input and interrupted builds (docs/reliability.md): statistics
 reuse is announced and --fresh starts over; the forms of a build are a set with a manifest
 written last; --set values keep the promises of docs/cli.md; run refuses NaN input (exit 1)
 and files that are not numpy files (exit 2)."""

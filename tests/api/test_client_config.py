@@ -1,4 +1,4 @@
-"""Issue 10 item 3: the published MLPerf Inference v0.5 client of the original SDK runs unchanged.
+"""The published MLPerf Inference v0.5 client of the original SDK runs unchanged.
 
 Its ``update_config()`` dictionary is reproduced below with only paths and node names of this
 model (the keys, the quant_cfg roles and their values, ``input_shapes``/``image_shape``

@@ -1,4 +1,4 @@
-"""Issue 15 items 1-2 (docs/architecture.md §14): a Pulsar2-style build config (``quant:``,
+"""Configuration forms (docs/architecture.md §14): a Pulsar2-style build config (``quant:``,
 ``input_processors:``, ``compiler:`` sections, U8/U16/FP32, ONNX op type ``Conv``, a subgraph,
 ``"name:NxHxWxC"`` input shapes) builds the trained Fashion-MNIST CNN through the CLI into the
 same engines, byte for byte, as the equivalent native config; and every new ConfigError."""

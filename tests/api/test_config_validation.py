@@ -1,4 +1,4 @@
-"""Validation at the door (issue 16 item 1): config values are type- and range-checked when
+"""Validation at the door (docs/reliability.md): config values are type- and range-checked when
 the converter is made, with a ConfigError naming key, value and expectation."""
 from __future__ import annotations
 

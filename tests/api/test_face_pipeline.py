@@ -1,4 +1,4 @@
-"""examples/face_pipeline.py end to end (issue 6 item 7): MTCNN P/R/O-Net + fer's emotion
+"""examples/face_pipeline.py end to end (docs/face-pipeline.md): MTCNN P/R/O-Net + fer's emotion
 model, pretrained, compiled jointly and run in TensorFlow through RatelEngineOp on real
 photos, find the same faces (IoU >= 0.8) with the same emotions as the FP32 pipeline; the
 scheme's predicted frame rate is within 10 % of its simulation and beats the baselines."""

@@ -1,4 +1,4 @@
-"""End-to-end acceptance of the MXNet path (issue 4): a Gluon CNN with a residual block,
+"""End-to-end acceptance of the MXNet path (docs/mxnet.md): a Gluon CNN with a residual block,
 trained here on Fashion-MNIST, exported, calibrated in MXNet, quantized and compiled; the
 quantized and compiled models run in plain MXNet (custom ops from the ratelnn library) and
 reload in a fresh process.
@@ -123,7 +123,7 @@ def test_gluon_cnn_to_cal_quant_npu(mx, data, fp32_model, tmp_path):
 
 
 def test_precision_tools_on_mxnet(mx, data, fp32_model, tmp_path):
-    """Issue 5 in MXNet: calibrate() in-process, analyze() against the NPU with the graph input
+    """Precision tools in MXNet: calibrate() in-process, analyze() against the NPU with the graph input
     as a row, then kld from the same statistics with the input and analyze()'s worst layer in
     int16 (layer_configs): the quantized and compiled MXNet models keep FP32 top-1."""
     import json

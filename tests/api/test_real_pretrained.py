@@ -1,4 +1,4 @@
-"""A real pretrained graph from a PyPI package (issue 10, item 6): Spotify's basic-pitch
+"""A real pretrained graph from a PyPI package: Spotify's basic-pitch
 note-transcription model (``pip install --no-deps basic-pitch==0.4.0``, Apache-2.0; its
 SavedModel ``basic_pitch/saved_models/icassp_2022/nmp``, not trained here) through
 converter -> to_cal -> calibration -> to_quant -> to_npu on synthesized piano-like music

@@ -1,6 +1,6 @@
-"""bench/pretrained.py's Keras 3 rebuild of textgenrnn's pretrained character model (issue 14:
-its Keras 2 ``CuDNNLSTM`` weights loaded untransposed gave a model that ran but predicted at
-chance, and every quantization of it "lost").  The weight conversion is checked on known
+"""bench/pretrained.py's Keras 3 rebuild of textgenrnn's pretrained character model (its
+Keras 2 ``CuDNNLSTM`` weights loaded untransposed give a model that runs but predicts at
+chance, so that every quantization of it seems to "lose").  The weight conversion is checked on known
 matrices, and the rebuilt model must predict the next character of real English text well
 above chance (measured: top-1 36.7% on 1613 windows; the most frequent character 12.4%; the
 untransposed weights 0.4%)."""

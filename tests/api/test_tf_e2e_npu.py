@@ -1,4 +1,4 @@
-"""Acceptance (issues 2 and 3): the trained Fashion-MNIST CNN, frozen, calibrated on 10
+"""End to end in TensorFlow: the trained Fashion-MNIST CNN, frozen, calibrated on 10
 batches of 32 training images and quantized keeps INT8 top-1 within 1.0 point of FP32 on the
 10,000 test images; compiled by ``to_npu()`` it runs in TensorFlow with its NPU regions as
 RatelEngineOp nodes on the emulated NPU: top-1 within 1.0 point of FP32 and the quantized

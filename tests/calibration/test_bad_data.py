@@ -1,4 +1,4 @@
-"""Calibration data checks (issue 16 item 1): dtype kinds that are not real numbers are
+"""Calibration data checks (docs/reliability.md): dtype kinds that are not real numbers are
 refused naming the input."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 5: statistics that serve every threshold method (histograms of |x| with exact
+"""Statistics that serve every threshold method (histograms of |x| with exact
 re-binning), the methods kld / percentile / mse / naive_kld_mix, and switching between them
 on one set of statistics without recalibrating."""
 from __future__ import annotations

@@ -168,7 +168,7 @@ def test_directory_named_rstats_is_a_clear_error(tmp_path):
 
 
 def test_histogram_count_beyond_int64_is_a_corrupt_file(tmp_path):
-    """Fuzzing (issue 16 item 6): a bin of 10^30 was a raw OverflowError."""
+    """A bin count beyond int64 (10^30) is a corrupt file, not a raw OverflowError."""
     path = tmp_path / "ratel_stats" / "h-1-0.rstats"
     write_stats_file(path, {"a": {"min": -1.0, "max": 1.0, "ema_min": -1.0, "ema_max": 1.0, "batches": 1,
                                   "count": 10 ** 30, "hist": {"range_exp": 0, "bins": [10 ** 30, -2047]}}})

@@ -1,4 +1,4 @@
-"""Statistics belong to one model (issue 16 item 2, docs/statistics.md "Owner"): the
+"""Statistics belong to one model (docs/statistics.md "Owner"): the
 manifest names the model whose calibration writes into an output_dir, another model's
 statistics are refused naming both, and the in-memory store is per output_dir and recovers
 from a failed write."""

@@ -1,4 +1,4 @@
-"""Integer constants at the border of the float part of a compiled graph (issue 10, item 6).
+"""Integer constants at the border of the float part of a compiled graph.
 
 Real pretrained graphs feed integer constants (an ``ExpandDims`` axis, ``StridedSlice``
 begin/end/strides, a ``Reshape`` shape, ``Tile`` multiples, ``GatherV2`` indices and axis,

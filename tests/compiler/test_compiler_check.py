@@ -1,4 +1,4 @@
-"""Issue 15 item 6: ``compiler_check`` at ``to_npu()`` time (docs/multi-batch.md).
+"""``compiler_check`` at ``to_npu()`` time (docs/multi-batch.md).
 
 A clean build reports engine outputs within one code of the quantized model, per-layer rows
 at level 2 and the model-output cosine; an engine with one corrupted weight channel is a

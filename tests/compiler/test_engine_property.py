@@ -1,4 +1,4 @@
-"""Property (issue 16 item 3): the compiler never emits an engine its validator rejects.
+"""Property (docs/reliability.md "Engines"): the compiler never emits an engine its validator rejects.
 Random small float graphs (chains of convolutions, pools, elementwise ops, tables, means,
 dense layers with random shapes, strides, paddings, groups, activations, weight and data
 scales over many decades, int8 or int16 layers) are calibrated, quantized and compiled;

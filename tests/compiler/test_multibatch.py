@@ -1,4 +1,4 @@
-"""Issue 15 items 3 and 4: engine sets (docs/multi-batch.md).
+"""Engine sets (docs/multi-batch.md).
 
 One compiled model (``static_batch_sizes`` or ``max_dynamic_batch_size``) serves batches 1,
 3, 4, 9 and 16 through the real TensorFlow and MXNet engine ops with outputs bit-identical

@@ -1,4 +1,4 @@
-"""PAD folded into the following convolution (issue 12, ratelnn.compiler.lower.fold_pads): a
+"""PAD folded into the following convolution (ratelnn.compiler.lower.fold_pads): a
 zero Pad that only a Conv2D reads becomes that conv's padding, its PAD instruction is gone,
 and the engine computes the same codes as the unfolded one (and as the quantized model);
 pads the conv cannot take, a non-zero value or a second reader keep the PAD instruction."""

@@ -1,4 +1,4 @@
-"""Issue 17: calibration on a local Ray cluster of 2 workers (ratelnn.distributed).
+"""Calibration on a local Ray cluster of 2 workers (ratelnn.distributed).
 
 Exactness: the statistics (every field, histograms included), the thresholds and the
 quantized and compiled TensorFlow models (engine bytes included) of a distributed run equal

@@ -1,4 +1,4 @@
-"""Issue 17, deliverable 4: precision analysis and joint builds on the same Ray executor as
+"""Precision analysis and joint builds on the same Ray executor as
 calibration, and MXNet calibration on it (ratelnn.distributed.RayExecutor.map_blocks).
 
 analyze(executor=) adds the shards' sums in batch order: its report equals the one-process

@@ -1,4 +1,4 @@
-"""Issue 10 item 4: quantized and compiled models take any batch when the original did.
+"""Quantized and compiled models take any batch when the original did.
 
 ``input_shapes`` (here batch 1) fix only what calibration and compilation need: the exported
 placeholders keep the original free batch, and reshapes that followed the batch (Keras

@@ -1,7 +1,7 @@
 """MXNet engine runs record their predicted device time as the TensorFlow op does, readable
-with the same ``ratelnn.npu.device_time``/``device_times``/``reset_device_time`` (issue 10,
-item 8; one account in ops/core/device_time.cc), and check their placement against the
-local devices (``RATELNN_DEVICES``) like the TensorFlow op (item 5)."""
+with the same ``ratelnn.npu.device_time``/``device_times``/``reset_device_time`` (one
+account in ops/core/device_time.cc), and check their placement against the
+local devices (``RATELNN_DEVICES``) like the TensorFlow op."""
 from __future__ import annotations
 
 import base64

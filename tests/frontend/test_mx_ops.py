@@ -242,7 +242,7 @@ def test_engine_op_checks_inputs_and_attrs(mx):
 
 
 def test_corrupted_or_old_engines_and_oversized_batches_raise(mx, monkeypatch):
-    """Issue 16 item 3: a flipped weight bit, an engine without its checksum, and sizes beyond
+    """Engine integrity: a flipped weight bit, an engine without its checksum, and sizes beyond
     the run-time limits (checked in shape inference, before MXNet allocates) are MXNetErrors."""
     from helpers.engines import flip_constant_bit, without_checksum
     engine = two_io_engine(2)

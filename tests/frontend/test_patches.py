@@ -1,4 +1,4 @@
-"""Issue 15 item 2 (docs/architecture.md §14): graph patches before anything else runs: an
+"""Configuration forms (docs/architecture.md §14): graph patches before anything else runs: an
 ``input_shapes`` string that changes the placeholder's fixed image size, an ``op_processors``
 attribute and ``const_processors`` values, each visible in the compiled model (engine shapes)
 and in its outputs, which follow a Keras twin holding the patched model; and their errors."""

@@ -1,4 +1,4 @@
-"""Issue 2's bad-input acceptance through the public converter: each a clear exception
+"""Bad input through the public converter: each a clear exception
 naming the problem, and nothing lost."""
 import glob
 import os

@@ -1,4 +1,4 @@
-"""RatelEngineOp in TensorFlow (docs/architecture.md §5, issue 3): bit-exact with both executors at any
+"""RatelEngineOp in TensorFlow (docs/architecture.md §5): bit-exact with both executors at any
 batch, input errors and bad engine bytes give an error status naming the engine, hostile
 engine bytes run in a bare TF process never crash or hang it, runs record their predicted
 device time, and depthwise convolutions survive the quantized-model round trip."""
@@ -164,7 +164,7 @@ def test_bad_engine_bytes_and_attrs_give_error_status(ops):
 
 @pytest.mark.no_tf_math
 def test_corrupted_or_old_engines_and_oversized_batches_give_error_status(ops, monkeypatch):
-    """Issue 16 item 3: one flipped weight bit and an engine without its checksum are refused
+    """Engine integrity: one flipped weight bit and an engine without its checksum are refused
     when the kernel is built; sizes beyond the run-time limits before outputs are allocated."""
     engine = two_input_engine()
     inputs = random_inputs(engine, 2)

@@ -166,7 +166,7 @@ def test_nchw_conv_and_pool_match_nhwc_tensorflow():
     np.testing.assert_allclose(got.transpose(0, 2, 3, 1), want.numpy(), rtol=1e-4, atol=1e-5)
     conv = next(n for n in export_graphdef(g).node if n.op == "Conv2D")
     assert conv.attr["data_format"].s == b"NCHW"
-    assert conv.attr["padding"].s == b"SAME"   # the pads are SAME's: never EXPLICIT (issue 10)
+    assert conv.attr["padding"].s == b"SAME"   # the pads are SAME's: never EXPLICIT
 
 
 def test_handler_import_graph_validates_and_runs_passes():

@@ -1,4 +1,4 @@
-"""Issue 10 item 2: the exported GraphDefs are in forms TensorFlow's oneDNN rewrites accept.
+"""The exported GraphDefs are in forms TensorFlow's oneDNN rewrites accept.
 
 TensorFlow turns its oneDNN graph rewrites on by default on CPUs with AVX-512 VNNI/BF16/AMX,
 and its fused depthwise-conv + bias rewrite aborts the process (``F tensor_format.h:428]

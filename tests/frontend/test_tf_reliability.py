@@ -1,4 +1,4 @@
-"""Graph checks at the door (issue 16 items 1, 4 and 5): TF1 control flow, integer graph inputs
+"""Graph checks at the door (docs/reliability.md): TF1 control flow, integer graph inputs
 and constants that would expand beyond max_expanded_constant_bytes end in a ModelError
 naming the node, before any work (no raw KeyError, no hang)."""
 from __future__ import annotations

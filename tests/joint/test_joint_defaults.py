@@ -1,4 +1,4 @@
-"""joint_converter as the seed calls it (issue 10, item 5).
+"""joint_converter with default names and configs (docs/joint.md).
 
 Six Keras models whose outputs are all named ``Identity`` compile jointly under derived,
 distinct model names; ``device_info`` describes the target of an ahead-of-time compilation

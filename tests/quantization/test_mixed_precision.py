@@ -1,4 +1,4 @@
-"""Issue 5: mixed precision — layer_configs priority, int16 through the quantized and the
+"""Mixed precision — layer_configs priority, int16 through the quantized and the
 compiled model, and the auto_int16 rule."""
 from __future__ import annotations
 

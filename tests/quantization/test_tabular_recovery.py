@@ -1,4 +1,4 @@
-"""Issue 5 acceptance, the recovery cases (bench/accuracy.py, tabular cases): Keras MLPs
+"""Accuracy recovery (bench/accuracy.py, tabular cases): Keras MLPs
 trained here on scikit-learn's wine and breast_cancer data, normalizing their raw features
 (ranges 0.1 to 1680, and 0.001 to 4254) inside the model.  Naive INT8 loses many points;
 ``analyze()`` names the graph input and the ``x - mean`` Sub as the worst layers.  Wine: it
