@@ -230,7 +230,7 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               "With an untrained model's statistics (all folded biases 0) Grappler drops the "
               "BiasAdds, ReLU6 runs as a separate op in the optimised and calibration graphs "
               "but not in the float one, and calibration / float measured 1.11-1.22 "
-              "(docs/benchmarks.md, "Calibration and quantized-model overhead"). "
+              "(docs/benchmarks.md, 'Calibration overhead'). "
               "On 2 shared vCPUs the ratios move by +-0.4 with the load: compare runs on a "
               "quiet machine only.",
               "",
