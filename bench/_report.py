@@ -1,7 +1,8 @@
 """Write one benchmark's results into its own section of docs/benchmarks.md.
 
 Each bench script owns the section between ``<!-- <key>: start -->`` and
-``<!-- <key>: end -->``; rerunning it replaces just that section (appended when absent).
+``<!-- <key>: end -->``; rerunning it replaces just that section (appended when absent), with a ``Date:`` line after
+its heading when the script's markdown has none.
 The file is rewritten through a temporary file renamed into place.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import time
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -23,7 +25,7 @@ def write_section(key: str, markdown: str, doc: Path = DOC) -> None:
         return
     start, end = f"<!-- {key}: start -->", f"<!-- {key}: end -->"
     text = doc.read_text() if doc.exists() else HEADER
-    block = f"{start}\n{markdown.strip()}\n{end}"
+    block = f"{start}\n{dated(markdown)}\n{end}"
     if start in text and end in text:
         head, rest = text.split(start, 1)
         text = head + block + rest.split(end, 1)[1]
@@ -32,6 +34,16 @@ def write_section(key: str, markdown: str, doc: Path = DOC) -> None:
     tmp = doc.with_name(doc.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, doc)
+
+
+def dated(markdown: str) -> str:
+    """``markdown`` (stripped) with a ``Date: <UTC time>.`` line after its heading, unless it
+    already has a line starting with ``Date:``."""
+    lines = markdown.strip().splitlines()
+    if not lines or any(line.startswith("Date:") for line in lines):
+        return "\n".join(lines)
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return "\n".join(lines[:1] + ["", f"Date: {stamp}."] + lines[1:])
 
 
 def demote_headings(markdown: str) -> str:
