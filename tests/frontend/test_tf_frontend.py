@@ -144,7 +144,7 @@ def test_dynamic_batch_is_specialised():
     assert g.tensors[conv.outputs[0]].shape == (5, 10, 10, 2)
     exported = export_graphdef(run_default_passes(g))
     placeholder = next(n for n in exported.node if n.op == "Placeholder")
-    # input_shapes fix the IR's batch; the exported graph keeps the model's free batch (§3)
+    # input_shapes fix the IR's batch; the exported graph keeps the model's free batch (docs/architecture.md §3)
     assert [d.size for d in placeholder.attr["shape"].shape.dim] == [-1, 12, 12, 3]
 
 
