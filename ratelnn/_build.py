@@ -48,15 +48,24 @@ def cache_dir() -> Path:
     return d
 
 
+def _resolve_include(path: Path, inc: str) -> Path | None:
+    """The file under ops/ that ``#include "inc"`` in ``path`` names (looked up beside
+    ``path``, then in ops/, as the compiler does with ``-I ops``), or None (another header)."""
+    for base in (path.parent, OPS_DIR):
+        cand = (base / inc).resolve()
+        if cand.is_file():
+            return cand
+    return None
+
+
 def _local_includes(path: Path, seen: set) -> None:
-    """Add to ``seen`` every header under ops/ that ``path`` includes, transitively."""
+    """Add to ``seen`` every file under ops/ that ``path`` includes, transitively (headers and
+    the ``.inc`` kernel sources, e.g. ops/core/conv/*.inc through npu_conv_kernels.inc)."""
     for inc in _INCLUDE.findall(path.read_text(errors="replace")):
-        for base in (path.parent, OPS_DIR):
-            cand = (base / inc).resolve()
-            if cand.is_file() and cand not in seen:
-                seen.add(cand)
-                _local_includes(cand, seen)
-                break
+        cand = _resolve_include(path, inc)
+        if cand is not None and cand not in seen:
+            seen.add(cand)
+            _local_includes(cand, seen)
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,14 +145,25 @@ def core_flags(compile_flags: Sequence[str] = ()) -> List[str]:
 
 
 def _compile_cost(source: Path) -> int:
-    """Bytes of ``source`` and the ops/ headers it includes (each counted once per include
-    of it in the source: npu_conv.cc compiles its kernels once per instruction-set path)."""
-    text = source.read_text(errors="replace")
+    """Bytes the compiler reads for ``source``: its text with the ops/ files it includes
+    expanded, transitively; a header (``.h``) counted once, any other file (``.inc``) at each
+    include of it: npu_conv.cc compiles npu_conv_kernels.inc, and the ops/core/conv/ files
+    that one includes, once per instruction-set path."""
     headers: set = set()
-    _local_includes(source, headers)
-    size = {p.name: p.stat().st_size for p in headers}
-    return len(text) + sum(size.get(Path(inc).name, 0) for inc in _INCLUDE.findall(text)) + \
-        sum(size.values())
+
+    def expanded(path: Path, active: tuple) -> int:
+        text = path.read_text(errors="replace")
+        size = len(text)
+        for inc in _INCLUDE.findall(text):
+            cand = _resolve_include(path, inc)
+            if cand is None or cand in headers or cand in active:
+                continue
+            if cand.suffix == ".h":
+                headers.add(cand)
+            size += expanded(cand, active + (cand,))
+        return size
+
+    return expanded(source.resolve(), (source.resolve(),))
 
 
 def build_library(name: str, sources: Iterable[Path], compile_flags: Sequence[str] = (),

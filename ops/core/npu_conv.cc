@@ -1,6 +1,6 @@
 // CONV2D / FULLY_CONNECTED kernels and the vectorised requantization (npu_kernels.h):
-// weight packing here, the kernels in npu_conv_kernels.inc, compiled once per
-// instruction-set path and chosen at run time by active_isa() (core/isa.h).
+// weight packing here, the kernels in npu_conv_kernels.inc (one file per family in core/conv/),
+// compiled once per instruction-set path and chosen at run time by active_isa() (core/isa.h).
 #include <algorithm>
 #include <atomic>
 #include <climits>

@@ -3,6 +3,7 @@
 #include "core/npu_checksum.h"
 #include "core/npu_exec.h"
 #include "core/npu_kernels.h"
+#include "core/npu_plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -89,9 +89,9 @@ struct Instruction {
   std::vector<int32_t> packed_taps;
   bool wide_accumulator = false;  // int64 accumulation needed (else int32 cannot overflow)
   // CONV2D / FULLY_CONNECTED: the per-channel requantization tables (ChannelParams of
-  // npu_conv_kernels.inc), built at load for every kernel path the CPU has, by path (core/isa.h).
+  // core/conv/epilogue.inc), built at load for every kernel path the CPU has, by path (core/isa.h).
   std::shared_ptr<const void> channel_params[kIsaCount];
-  // The executor plan (plan_fusions, npu_exec.h; docs/architecture.md §7): a CONV2D whose
+  // The executor plan (plan_fusions, npu_plan.h; docs/architecture.md §7): a CONV2D whose
   // epilogue also computes the ADD at index fused_add (and the REQUANT at fused_requant after
   // it), -1 for none; `fused` marks the ADD/REQUANT so computed, which the executor skips.
   int fused_add = -1, fused_requant = -1;
@@ -114,7 +114,7 @@ struct Engine {
   std::vector<int64_t> core_ids;
   int64_t split_mode = 0;
   int64_t sram_bytes = 0;
-  // The native executor's batch schedule (plan_batch_split, npu_exec.h): threads take whole
+  // The native executor's batch schedule (plan_batch_split, npu_plan.h): threads take whole
   // samples instead of sharing each instruction.  Not part of the engine bytes.
   bool split_by_sample = false;
 };

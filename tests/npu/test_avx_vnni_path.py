@@ -1,5 +1,5 @@
 """The avx_vnni kernel path (AVX-VNNI: VEX-encoded ymm vpdpbusd / vpdpwssd, no AVX-512;
-ops/core/npu_conv_kernels.inc, dot_tile256) forced on its own: the dot-product GEMM and stem
+ops/core/conv/gemm_dot.inc, dot_tile256) forced on its own: the dot-product GEMM and stem
 kernels at their edges (K not a multiple of 4 and past one 128-quad weight sub-block, channel
 tails, pixel-tile and 6-row micro-tile remainders, int8 and uint8 activations, 1 to 4
 threads) against the numpy reference; the same bits as every other path the CPU has; no

@@ -523,7 +523,7 @@ POINTWISE_8BIT_FORMS = {"relu_u8": ("uint8", 0, None), "relu6_u8": ("uint8", 0, 
 
 def test_pointwise_8bit_packed_stores_and_ties():
     """The fused epilogue's packed 8-bit stores (four rows or row halves per vpackssdw /
-    vpack[us]swb / vpermd, npu_conv_kernels.inc): small K (4..64), lone and paired 16-channel
+    vpack[us]swb / vpermd, conv/gemm_dot.inc): small K (4..64), lone and paired 16-channel
     blocks with channel tails, pixel counts off the 6-row micro-tiles, int8 and uint8 input, the
     uint8 ReLU over the whole range (no clamp, the packs saturate), a narrower ReLU, the whole
     int8 range and a narrower one.  Multipliers 2^30 with weights in {-1, 0, 1} put about one
