@@ -1,8 +1,7 @@
-"""Preprocessing the zoo datasets into a model folder's inputs, and collecting a model's
-outputs over a dataset for its ``eval.py``."""
+"""Preprocessing the zoo datasets into a model folder's inputs."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Tuple
+from typing import Iterable
 
 import numpy as np
 
@@ -60,22 +59,3 @@ def fer_input(samples: np.ndarray, framework: str, side: int = 64) -> np.ndarray
 def photo_input(samples: Iterable[np.ndarray], side: int, framework: str) -> np.ndarray:
     """``sample_photos`` samples -> [N, side, side, 3] (MXNet NCHW) in [-1, 1]."""
     return to_framework(photo_pixels(samples, side) / 127.5 - 1.0, framework)
-
-
-# ---------------------------------------------------------------- evaluation
-def collect(run, dataset, preprocess: Callable[[np.ndarray], np.ndarray], output: int, *, limit=None,
-            batch_size: int = 32, reference=None) -> Tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
-    """Output ``output`` of ``run`` (and of ``reference``, when given) over ``dataset``,
-    flattened to [N, k]; returns ``(outputs, reference_outputs | None, labels | None)``."""
-    outs, refs, labels = [], [], []
-    for samples, batch_labels in dataset.batches(batch_size, limit):
-        x = preprocess(samples)
-        outs.append(np.asarray(run([x])[output]).reshape(len(x), -1))
-        if reference is not None:
-            refs.append(np.asarray(reference([x])[output]).reshape(len(x), -1))
-        if batch_labels is not None:
-            labels.append(np.asarray(batch_labels))
-    if not outs:
-        raise ValueError(f"dataset {getattr(dataset, 'key', dataset)!r} yielded no samples")
-    return (np.concatenate(outs), np.concatenate(refs) if refs else None,
-            np.concatenate(labels) if labels else None)

@@ -64,8 +64,8 @@ def photo_agreement(model, shapes, run, dataset, stage, *, limit=None, batch_siz
     """``top1_agreement`` and ``mean_cosine`` of the logits of ``model`` (its model.py module)
     built at ``shapes`` against ``reference`` (the FP32 model; ``run`` itself when None)."""
     side = builders.side_of(shapes, model.FRAMEWORK)
-    logits, ref, _ = inputs.collect(run, dataset, lambda s: inputs.photo_input(s, side, model.FRAMEWORK), 0,
-                                    limit=limit, batch_size=batch_size, reference=reference)
+    logits, _, ref = collect(run, dataset, lambda s: inputs.photo_input(s, side, model.FRAMEWORK),
+                             limit=limit, batch_size=batch_size, reference=reference)
     ref = logits if ref is None else ref
     metrics = {"top1_agreement": top1_agreement(logits, ref), "mean_cosine": mean_cosine(logits, ref)}
     return ModelMetrics(model.NAME, model.DATASET, stage, metrics, samples=len(logits))
@@ -116,9 +116,9 @@ def mtcnn_face_accuracy(model, side: int, run, dataset, stage, *, limit=None, ba
     """``face_accuracy``: argmax of the face probabilities (output ``prob`` of ``model``, its
     model.py module, at ``side``) against the labels (1 face, 0 non-face); ``fp32_agreement``
     of that argmax when ``reference`` is given."""
-    prob, ref, labels = inputs.collect(run, dataset, lambda s: inputs.mtcnn_input(s, side, model.FRAMEWORK),
-                                       list(model.OUTPUTS).index("prob"), limit=limit, batch_size=batch_size,
-                                       reference=reference)
+    prob, labels, ref = collect(run, dataset, lambda s: inputs.mtcnn_input(s, side, model.FRAMEWORK),
+                                limit=limit, batch_size=batch_size, reference=reference,
+                                output=list(model.OUTPUTS).index("prob"))
     metrics = {"face_accuracy": top1_accuracy(prob, labels)}
     if ref is not None:
         metrics["fp32_agreement"] = top1_agreement(prob, ref)
@@ -129,8 +129,8 @@ def fer_agreement(model, run, dataset, stage, *, limit=None, batch_size=32, refe
     """``top1_agreement`` and ``mean_cosine`` of the emotion probabilities of ``model`` (its
     model.py module) against ``reference`` (the FP32 model; ``run`` itself when None, i.e. at
     the fp32 stage) over the face samples (label 1) of the first ``limit`` samples."""
-    prob, ref, labels = inputs.collect(run, dataset, lambda s: inputs.fer_input(s, model.FRAMEWORK), 0,
-                                       limit=limit, batch_size=batch_size, reference=reference)
+    prob, labels, ref = collect(run, dataset, lambda s: inputs.fer_input(s, model.FRAMEWORK),
+                                limit=limit, batch_size=batch_size, reference=reference)
     faces = labels == 1
     ref = prob if ref is None else ref
     metrics = {"top1_agreement": top1_agreement(prob[faces], ref[faces]),

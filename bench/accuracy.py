@@ -78,15 +78,8 @@ def emotion_case():
 
 def predict(framework_model, input_name, output_name, x) -> np.ndarray:
     """``output_name`` of the model on every sample of ``x``, fed BATCH at a time."""
-    from ratelnn.runners import run_model
-    scores = []
-    for start in range(0, len(x), BATCH):
-        batch = x[start:start + BATCH]
-        n = len(batch)
-        if n < BATCH:
-            batch = np.concatenate([batch, np.repeat(batch[-1:], BATCH - n, 0)])
-        scores.append(run_model("tensorflow", framework_model, {input_name: batch}, [output_name])[0][:n])
-    return np.concatenate(scores)
+    from agraph.pretrained import run_batches
+    return run_batches(framework_model, input_name, [output_name], x, BATCH)[0]
 
 
 def top1(framework_model, input_name, output_name, x, y) -> float:
