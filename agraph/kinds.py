@@ -1,13 +1,14 @@
 """The code the zoo's model folders share, one function per kind of model: each folder keeps
 its constants (NAME, FRAMEWORK, ..., the architecture it builds) and thin ``build``,
 ``preprocess`` and ``evaluate`` definitions that call these with them.  Part of the store key
-of every model folder (``registry.ModelEntry.source_hash``): a change here rebuilds the zoo.
+of every model folder (``registry.ModelEntry.source_hash``), like ``builders``, ``inputs``
+and ``shipped`` that it calls: a change here rebuilds the zoo.
 
 Kinds:
 
 - random-weight architectures on sample_photos (``keras_application``, ``gluon_model_zoo``,
   ``photo_input``, ``photo_agreement``).  RANDOM WEIGHTS (fixed seed 0,
-  ``ratelnn.testing.zoo.SEED``): no pretrained weights are fetched, so accuracy means nothing;
+  ``agraph.builders.SEED``): no pretrained weights are fetched, so accuracy means nothing;
   the metric is agreement with the FP32 model on scikit-image's sample photos (central square
   crop resized, RGB scaled to [-1, 1]): top-1 agreement and mean cosine of the 1000 logits.
 - shipped nets at a fixed size (``shipped_keras``, ``shipped_mx``): the MTCNN stages
@@ -21,8 +22,7 @@ from typing import Callable, List
 
 import numpy as np
 
-from ratelnn.testing import zoo
-
+from . import builders, inputs
 from .metrics import ModelMetrics, collect, mean_cosine, top1_accuracy, top1_agreement
 
 
@@ -32,39 +32,40 @@ def keras_application(workdir, name: str, outputs, architecture: str, shapes, **
     """Write ``keras.applications.<architecture>`` (``kwargs`` to its constructor) with random
     weights, frozen, as ``<name>.pb`` into ``workdir`` at ``shapes`` (reused when already there
     for those shapes)."""
-    side = zoo.side_of(shapes, "tensorflow")
+    side = builders.side_of(shapes, "tensorflow")
 
     def make(folder: Path) -> None:
-        net = zoo.keras_application(architecture, side, **kwargs)
-        zoo.write_frozen_keras(net, (side, side, 3), folder / f"{name}.pb", outputs)
-    return zoo.cached_build(workdir, name, "tensorflow", shapes, make)
+        net = builders.keras_application(architecture, side, **kwargs)
+        builders.write_frozen_keras(net, (side, side, 3), folder / f"{name}.pb", outputs)
+    return builders.cached_build(workdir, name, "tensorflow", shapes, make)
 
 
 def gluon_model_zoo(workdir, name: str, architecture: str, shapes) -> List[Path]:
     """Write the Gluon model zoo's ``architecture`` with random weights as
     ``<name>-symbol.json / -0000.params`` (output ``logits``) into ``workdir`` at ``shapes``
     (reused when already there for those shapes)."""
-    side = zoo.side_of(shapes, "mxnet")
+    side = builders.side_of(shapes, "mxnet")
 
     def make(folder: Path) -> None:
         from ratelnn.mxnet_compat import import_mxnet
-        zoo.write_mx_checkpoint(zoo.gluon_model_zoo(import_mxnet(), architecture, side), folder / name, "logits")
-    return zoo.cached_build(workdir, name, "mxnet", shapes, make)
+        net = builders.gluon_model_zoo(import_mxnet(), architecture, side)
+        builders.write_mx_checkpoint(net, folder / name, "logits")
+    return builders.cached_build(workdir, name, "mxnet", shapes, make)
 
 
 def photo_input(samples, shapes, framework: str) -> np.ndarray:
     """sample_photos samples (uint8 RGB, any size) -> the model input at ``shapes``, float32
     in [-1, 1]."""
-    return zoo.photo_input(samples, zoo.side_of(shapes, framework), framework)
+    return inputs.photo_input(samples, builders.side_of(shapes, framework), framework)
 
 
 def photo_agreement(model, shapes, run, dataset, stage, *, limit=None, batch_size=32,
                     reference=None) -> ModelMetrics:
     """``top1_agreement`` and ``mean_cosine`` of the logits of ``model`` (its model.py module)
     built at ``shapes`` against ``reference`` (the FP32 model; ``run`` itself when None)."""
-    side = zoo.side_of(shapes, model.FRAMEWORK)
-    logits, ref, _ = zoo.collect(run, dataset, lambda s: zoo.photo_input(s, side, model.FRAMEWORK), 0,
-                                 limit=limit, batch_size=batch_size, reference=reference)
+    side = builders.side_of(shapes, model.FRAMEWORK)
+    logits, _, ref = collect(run, dataset, lambda s: inputs.photo_input(s, side, model.FRAMEWORK),
+                             limit=limit, batch_size=batch_size, reference=reference)
     ref = logits if ref is None else ref
     metrics = {"top1_agreement": top1_agreement(logits, ref), "mean_cosine": mean_cosine(logits, ref)}
     return ModelMetrics(model.NAME, model.DATASET, stage, metrics, samples=len(logits))
@@ -75,30 +76,36 @@ def photo_agreement(model, shapes, run, dataset, stage, *, limit=None, batch_siz
 def shipped_keras(workdir, name: str, outputs, fixed_shapes, input_shapes, net: Callable[[], object]) -> List[Path]:
     """Write the Keras model ``net()`` frozen as ``<name>.pb`` into ``workdir`` at its
     ``fixed_shapes`` (``input_shapes``, if given, must equal them; reused when already there)."""
-    shapes = zoo.fixed_shapes(name, fixed_shapes, input_shapes)
+    shapes = builders.fixed_shapes(name, fixed_shapes, input_shapes)
 
     def make(folder: Path) -> None:
-        zoo.write_frozen_keras(net(), fixed_shapes[0][1:], folder / f"{name}.pb", outputs)
-    return zoo.cached_build(workdir, name, "tensorflow", shapes, make)
+        builders.write_frozen_keras(net(), fixed_shapes[0][1:], folder / f"{name}.pb", outputs)
+    return builders.cached_build(workdir, name, "tensorflow", shapes, make)
 
 
 def shipped_mx(workdir, name: str, fixed_shapes, input_shapes, net: Callable[[object], object]) -> List[Path]:
     """Write the MXNet symbol and params ``net(mx)`` as ``<name>-symbol.json / -0000.params``
     into ``workdir`` at its ``fixed_shapes`` (``input_shapes``, if given, must equal them;
     reused when already there)."""
-    shapes = zoo.fixed_shapes(name, fixed_shapes, input_shapes)
+    shapes = builders.fixed_shapes(name, fixed_shapes, input_shapes)
 
     def make(folder: Path) -> None:
         from ratelnn.mxnet_compat import import_mxnet
-        zoo.write_mx_checkpoint(net(import_mxnet()), folder / name)
-    return zoo.cached_build(workdir, name, "mxnet", shapes, make)
+        builders.write_mx_checkpoint(net(import_mxnet()), folder / name)
+    return builders.cached_build(workdir, name, "mxnet", shapes, make)
+
+
+# Activation-producing IR ops (every quantized op that is not scale-preserving), for a
+# ``layer_configs`` entry putting a whole model's activations in int16.
+INT16_OP_TYPES = ("Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "AvgPool", "Mean", "Sigmoid",
+                  "Tanh", "Softmax", "LeakyRelu", "Relu", "Relu6")
 
 
 def fer_converter_config(input_name: str) -> dict:
     """fer's CONVERTER_CONFIG: the whole model in 16 bits (the input ``input_name`` too)."""
     return {
         "auto_int16": False,
-        "layer_configs": [{"op_type": list(zoo.INT16_OP_TYPES), "data_type": "int16"},
+        "layer_configs": [{"op_type": list(INT16_OP_TYPES), "data_type": "int16"},
                           {"layer_name": input_name, "data_type": "int16"}],
         "quant_cfg": {"conv_weights": {"num_bits": 16}, "matmul_weights": {"num_bits": 16}},
     }
@@ -109,9 +116,9 @@ def mtcnn_face_accuracy(model, side: int, run, dataset, stage, *, limit=None, ba
     """``face_accuracy``: argmax of the face probabilities (output ``prob`` of ``model``, its
     model.py module, at ``side``) against the labels (1 face, 0 non-face); ``fp32_agreement``
     of that argmax when ``reference`` is given."""
-    prob, ref, labels = zoo.collect(run, dataset, lambda s: zoo.mtcnn_input(s, side, model.FRAMEWORK),
-                                    list(model.OUTPUTS).index("prob"), limit=limit, batch_size=batch_size,
-                                    reference=reference)
+    prob, labels, ref = collect(run, dataset, lambda s: inputs.mtcnn_input(s, side, model.FRAMEWORK),
+                                limit=limit, batch_size=batch_size, reference=reference,
+                                output=list(model.OUTPUTS).index("prob"))
     metrics = {"face_accuracy": top1_accuracy(prob, labels)}
     if ref is not None:
         metrics["fp32_agreement"] = top1_agreement(prob, ref)
@@ -122,8 +129,8 @@ def fer_agreement(model, run, dataset, stage, *, limit=None, batch_size=32, refe
     """``top1_agreement`` and ``mean_cosine`` of the emotion probabilities of ``model`` (its
     model.py module) against ``reference`` (the FP32 model; ``run`` itself when None, i.e. at
     the fp32 stage) over the face samples (label 1) of the first ``limit`` samples."""
-    prob, ref, labels = zoo.collect(run, dataset, lambda s: zoo.fer_input(s, model.FRAMEWORK), 0, limit=limit,
-                                    batch_size=batch_size, reference=reference)
+    prob, labels, ref = collect(run, dataset, lambda s: inputs.fer_input(s, model.FRAMEWORK),
+                                limit=limit, batch_size=batch_size, reference=reference)
     faces = labels == 1
     ref = prob if ref is None else ref
     metrics = {"top1_agreement": top1_agreement(prob[faces], ref[faces]),

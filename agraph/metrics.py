@@ -105,19 +105,20 @@ def mean_cosine(outputs: np.ndarray, reference_outputs: np.ndarray) -> float:
     return float(np.clip(cos, 0.0, 1.0).mean()) if len(a) else 0.0
 
 
-def collect(run, dataset, preprocess, *, limit=None, batch_size: int = 32, reference=None):
+def collect(run, dataset, preprocess, *, limit=None, batch_size: int = 32, reference=None, output: int = 0):
     """Run ``run`` (and ``reference`` if given) over ``dataset.batches(batch_size, limit)``.
 
-    Returns ``(outputs, labels, reference_outputs)``: the first model output of every batch
-    concatenated [N, ...], the labels [N] (None if unlabelled) and the reference's first
-    output (None without ``reference``).  ``preprocess``: samples -> model input batch."""
+    Returns ``(outputs, labels, reference_outputs)``: model output ``output`` (default the
+    first) of every batch concatenated [N, ...], the labels [N] (None if unlabelled) and the
+    reference's same output (None without ``reference``).  ``preprocess``: samples -> model
+    input batch."""
     outputs, labels, references = [], [], []
     for samples, batch_labels in dataset.batches(batch_size, limit):
         inputs = preprocess(samples)
         inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
-        outputs.append(np.asarray(run(inputs)[0]))
+        outputs.append(np.asarray(run(inputs)[output]))
         if reference is not None:
-            references.append(np.asarray(reference(inputs)[0]))
+            references.append(np.asarray(reference(inputs)[output]))
         if batch_labels is not None:
             labels.append(np.asarray(batch_labels))
     if not outputs:

@@ -19,7 +19,9 @@ from . import datasets, paths
 from .errors import RegistryError
 
 ZOO_DIR = Path(__file__).resolve().parent / "models"
-SHARED_SOURCE = Path(__file__).resolve().parent / "kinds.py"   # part of every folder's source_hash
+# the code the model folders share: part of every folder's source_hash
+SHARED_SOURCES = tuple(Path(__file__).resolve().parent / f for f in ("kinds.py", "builders.py", "inputs.py",
+                                                                      "shipped.py"))
 FRAMEWORKS = ("tensorflow", "mxnet")
 WEIGHT_SOURCES = ("trained", "shipped", "random")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -59,13 +61,15 @@ class ModelEntry:
 
     def source_hash(self) -> str:
         """sha256 of the folder's ``*.py`` and ``*.json`` files (names and bytes) and of
-        ``agraph/kinds.py`` (the code the folders share): the store key of everything built
+        the code the folders share (:data:`SHARED_SOURCES`: ``agraph/kinds.py``,
+        ``builders.py``, ``inputs.py``, ``shipped.py``): the store key of everything built
         from this folder."""
         h = hashlib.sha256()
         for f in sorted(self.folder.iterdir()):
             if f.is_file() and f.suffix in (".py", ".json"):
                 h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-        h.update(SHARED_SOURCE.name.encode() + b"\0" + SHARED_SOURCE.read_bytes() + b"\0")
+        for shared in SHARED_SOURCES:
+            h.update(shared.name.encode() + b"\0" + shared.read_bytes() + b"\0")
         return h.hexdigest()
 
 

@@ -2,7 +2,7 @@
 
 Cases: the Fashion-MNIST CNN of ratelnn.testing; the wine and breast_cancer MLPs of
 ratelnn.testing.tabular (raw features of very different ranges normalized inside the model); the pretrained MTCNN R-Net of
-bench/pretrained.py on scikit-image's lfw_subset face/non-face crops; the pretrained ``fer``
+agraph/pretrained.py on scikit-image's lfw_subset face/non-face crops; the pretrained ``fer``
 emotion mini-Xception on lfw_subset faces, scored as agreement with its own FP32 top-1 (no
 labelled emotion data offline).  For each case: calibrate once (``ConvertImpl.calibrate``;
 every method reads the same statistics), then top-1 of the quantized model (``to_quant``)
@@ -63,14 +63,14 @@ def tabular_case(dataset: str):
 
 
 def rnet_case():
-    from pretrained import lfw_faces, load_rnet
+    from agraph.pretrained import lfw_faces, load_rnet
     (x_cal, _), (x_test, y_test) = lfw_faces()
     return "MTCNN R-Net (pretrained), lfw_subset face/non-face", load_rnet(), x_cal, x_test, y_test
 
 
 def emotion_case():
     """Labels = the FP32 model's own top-1: the metric is agreement with FP32."""
-    from pretrained import lfw_emotion_crops, load_emotion
+    from agraph.pretrained import lfw_emotion_crops, load_emotion
     x_cal, x_test = lfw_emotion_crops()
     return ("fer mini-Xception emotion (pretrained), lfw_subset faces, agreement with FP32 top-1",
             load_emotion(), x_cal, x_test, None)
@@ -78,15 +78,8 @@ def emotion_case():
 
 def predict(framework_model, input_name, output_name, x) -> np.ndarray:
     """``output_name`` of the model on every sample of ``x``, fed BATCH at a time."""
-    from ratelnn.runners import run_model
-    scores = []
-    for start in range(0, len(x), BATCH):
-        batch = x[start:start + BATCH]
-        n = len(batch)
-        if n < BATCH:
-            batch = np.concatenate([batch, np.repeat(batch[-1:], BATCH - n, 0)])
-        scores.append(run_model("tensorflow", framework_model, {input_name: batch}, [output_name])[0][:n])
-    return np.concatenate(scores)
+    from agraph.pretrained import run_batches
+    return run_batches(framework_model, input_name, [output_name], x, BATCH)[0]
 
 
 def top1(framework_model, input_name, output_name, x, y) -> float:

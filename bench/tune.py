@@ -32,9 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from pretrained import (ONET_INPUT, PNET_INPUT, RNET_INPUT, load_emotion, load_mtcnn,  # noqa: E402
-                        load_spliceai, models)
-from real_models import cosine, run_batches  # noqa: E402
+from agraph.pretrained import (ONET_INPUT, PNET_INPUT, RNET_INPUT, cosine, load_emotion,  # noqa: E402
+                               load_mtcnn, load_spliceai, models, run_batches)
 
 TARGET = 0.99
 RATIO = 1.3
@@ -72,7 +71,7 @@ BASIC_PITCH_WHY = (
 # measured separately: one-off probes, and python bench/tune.py --only textgenrnn
 # --max-evals 30 --time-budget 1200 [--passes equalization bias_correction]
 TEXTGENRNN_WHY = (
-    'Why textgenrnn lost (measured). The FP32 rebuild in bench/pretrained.py was wrong: '
+    'Why textgenrnn lost (measured). The FP32 rebuild in agraph/pretrained.py was wrong: '
     "textgenrnn's weight file was written by Keras 2's `CuDNNLSTM`, which hands each gate's "
     'block of its kernels to cuDNN as is, so the block means `reshape(units, in).T` (input) '
     'and `.T` (recurrent); the rebuild loaded them into a Keras `LSTM` untransposed (it only '

@@ -11,79 +11,16 @@ real photos from scikit-image.
 
 Prints the scheme, its simulation, the comparison with the baseline placements, and per face
 the box and emotion of both pipelines; writes ``DIR/timeline.png`` and ``DIR/scheme.json``.
-See docs/face-pipeline.md.
+The pipeline, its models and :func:`run` are in ``agraph/face.py``; see docs/face-pipeline.md.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-import sys
-import time
-from pathlib import Path
-from typing import Dict, List
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import face  # noqa: E402  (examples/face.py, beside this script)
-
-
-@dataclasses.dataclass
-class FaceRow:
-    """One FP32 face and the compiled pipeline's face that overlaps it most."""
-    photo: str
-    fp32_box: List[float]
-    fp32_emotion: str
-    fp32_confidence: float
-    npu_box: List[float]
-    npu_emotion: str
-    npu_confidence: float
-    iou: float
-
-
-@dataclasses.dataclass
-class Report:
-    """Everything the example prints."""
-    invocations: Dict[str, int]
-    engine_ops: Dict[str, int]     # RatelEngineOp nodes in each compiled GraphDef
-    scheme: object                 # ratelnn.joint.Scheme
-    simulation: object             # ratelnn.joint.SimulationResult of the scheme
-    comparison: Dict[str, object]  # strategy -> StrategyResult (jc.compare())
-    faces_fp32: Dict[str, int]
-    faces_npu: Dict[str, int]
-    rows: List[FaceRow]
-    timeline: str
-    seconds: float
-
-
-def run(output_dir: str, frames: int = 200) -> Report:
-    """Build, compile and run the pipeline; artefacts go to ``output_dir``."""
-    start = time.time()
-    os.makedirs(output_dir, exist_ok=True)
-    frozen = face.freeze_models(face.model_entries())
-    fp32 = face.GraphRunner({name: m.graph_def for name, m in frozen.items()}, frozen)
-    samples, invocations = face.calibration_samples(list(face.calibration_photos().values()), fp32)
-    jc, compiled = face.compile_pipeline(frozen, samples, invocations, os.path.join(output_dir, "stats"))
-    npu = face.GraphRunner(compiled, frozen)
-    engine_ops = {name: sum(n.op == "RatelEngineOp" for n in g.node) for name, g in compiled.items()}
-    rows, faces_fp32, faces_npu = [], {}, {}
-    for photo, frame in face.test_photos().items():
-        want, got = face.run_pipeline(frame, fp32), face.run_pipeline(frame, npu)
-        faces_fp32[photo], faces_npu[photo] = len(want.boxes), len(got.boxes)
-        for i, (j, overlap) in enumerate(face.match(want.boxes, got.boxes)):
-            found = j >= 0
-            rows.append(FaceRow(photo, want.boxes[i].round(1).tolist(), want.labels()[i],
-                                float(want.emotions[i].max()),
-                                got.boxes[j].round(1).tolist() if found else [], got.labels()[j] if found else "-",
-                                float(got.emotions[j].max()) if found else 0.0, overlap))
-    timeline = os.path.join(output_dir, "timeline.png")
-    jc.scheme.save_timeline(timeline)
-    jc.scheme.to_json(os.path.join(output_dir, "scheme.json"))
-    fp32.close()
-    npu.close()
-    return Report(invocations, engine_ops, jc.scheme, jc.scheme.simulate(frames=frames), jc.compare(frames=frames),
-                  faces_fp32, faces_npu, rows, timeline, time.time() - start)
+from agraph.face import Report, run  # noqa: E402
 
 
 def print_report(report: Report) -> None:

@@ -26,3 +26,8 @@ class DistributedError(RatelError, RuntimeError):
 class TimeLimitExceeded(RatelError, TimeoutError):
     """Work run under a time limit (``tune``'s ``time_budget_s``) did not finish in time;
     the message says where it stopped."""
+
+
+class FrameworkNotInstalledError(RatelError, ImportError):
+    """ratelnn needs TensorFlow or MXNet for what it was asked and that framework is not
+    installed; the message names the extra that installs it (ratelnn.frameworks)."""

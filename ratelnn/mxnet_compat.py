@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .frameworks import import_framework
+
 
 def apply_numpy_shim() -> None:
     """Define ``numpy.bool = bool`` if this numpy no longer has it (idempotent)."""
@@ -15,7 +17,7 @@ def apply_numpy_shim() -> None:
 
 
 def import_mxnet():
-    """The ``mxnet`` module, imported after :func:`apply_numpy_shim`."""
+    """The ``mxnet`` module, imported after :func:`apply_numpy_shim`
+    (``ratelnn.errors.FrameworkNotInstalledError`` naming the extra when it is missing)."""
     apply_numpy_shim()
-    import mxnet
-    return mxnet
+    return import_framework("mxnet")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
-import importlib.util
 import os
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Dict, List, Tuple
 
 from ._build import OPS_DIR, avx512fp16_off_flags, build_library
 from .errors import CalibrationError
+from .frameworks import import_tensorflow, package_dir
 from .mxnet_compat import import_mxnet
 
 FRAMEWORKS = ("tensorflow", "mxnet")
@@ -50,7 +50,7 @@ def tensorflow_sources() -> List[str]:
 def tensorflow_build_flags() -> Tuple[List[str], List[str]]:
     """``(compile flags, link flags)`` of the TensorFlow op library, besides
     ``ratelnn._build.COMPILE_FLAGS``."""
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     compile_flags = list(tf.sysconfig.get_compile_flags()) + [
         "-DNDEBUG",
@@ -70,10 +70,7 @@ def _build_tensorflow_library() -> str:
 
 def _mxnet_package_dir() -> Path:
     """The installed ``mxnet`` package directory, found without importing MXNet."""
-    spec = importlib.util.find_spec("mxnet")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("MXNet is not installed (pip install mxnet==1.9.1)")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(package_dir("mxnet"))
 
 
 def mxnet_build_flags() -> Tuple[List[str], List[str]]:
@@ -138,9 +135,7 @@ def tf_init():
     path = ops_library_path("tensorflow")
     with _lock:
         if _tf_module is None:
-            import tensorflow as tf
-
-            _tf_module = tf.load_op_library(path)
+            _tf_module = import_tensorflow().load_op_library(path)
         return _tf_module
 
 

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 import numpy as np
 
 from .errors import ModelError
+from .frameworks import import_tensorflow
 
 FRAMEWORKS = ("tensorflow", "mxnet")
 CACHE_SIZE = 4
@@ -54,7 +55,7 @@ def tf_session_options(graph_def: Any, intra_op_threads: int = 0, inter_op_threa
     :func:`runs_on_caller_thread`, a session inter-op pool and RunOptions that run each call
     on the calling thread (``inter_op_thread_pool=-1``); otherwise TensorFlow's defaults.
     Thread counts of 0 leave TensorFlow's choice (one per core)."""
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra_op_threads,
                                       inter_op_parallelism_threads=inter_op_threads)
@@ -70,7 +71,7 @@ class TFRunner:
     feeds by node or tensor name."""
 
     def __init__(self, graph_def: Any) -> None:
-        import tensorflow as tf
+        tf = import_tensorflow()
 
         if not isinstance(graph_def, tf.compat.v1.GraphDef):
             raise ModelError(f"a TensorFlow model must be a GraphDef, got {type(graph_def).__name__}")

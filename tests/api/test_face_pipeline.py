@@ -1,34 +1,24 @@
-"""examples/face_pipeline.py end to end (docs/face-pipeline.md): MTCNN P/R/O-Net + fer's emotion
-model, pretrained, compiled jointly and run in TensorFlow through RatelEngineOp on real
-photos, find the same faces (IoU >= 0.8) with the same emotions as the FP32 pipeline; the
-scheme's predicted frame rate is within 10 % of its simulation and beats the baselines."""
+"""The face pipeline of examples/face_pipeline.py (``agraph.face``) end to end: MTCNN
+P/R/O-Net + fer's emotion model, pretrained, compiled jointly and run in TensorFlow through
+RatelEngineOp on real photos, find the same faces (IoU >= 0.8) with the same emotions as the
+FP32 pipeline; the scheme's predicted frame rate is within 10 % of its simulation and beats the baselines."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers.paths import EXAMPLES
+from agraph import face
 
-sys.path.insert(0, str(EXAMPLES))
-import face  # noqa: E402  (examples/face.py)
-
-EXAMPLE = EXAMPLES / "face_pipeline.py"
-# tests marked no_tf_math check numpy helpers of examples/face.py (tests/conftest.py)
+# tests marked no_tf_math check numpy helpers of agraph/face.py (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("face_pipeline_example", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = example   # its dataclasses look their module up
-    spec.loader.exec_module(example)
     start = time.time()
-    result = example.run(str(tmp_path_factory.mktemp("face")), frames=200)
+    result = face.run(str(tmp_path_factory.mktemp("face")), frames=200)
     result.wall_seconds = time.time() - start
     return result
 

@@ -2,7 +2,7 @@
 note-transcription model (``pip install --no-deps basic-pitch==0.4.0``, Apache-2.0; its
 SavedModel ``basic_pitch/saved_models/icassp_2022/nmp``, not trained here) through
 converter -> to_cal -> calibration -> to_quant -> to_npu on synthesized piano-like music
-(bench/pretrained.py).  The graph computes its harmonic CQT inside: ``ExpandDims`` axes and
+(agraph/pretrained.py).  The graph computes its harmonic CQT inside: ``ExpandDims`` axes and
 ``StridedSlice`` begin/end/strides feed CPU ops next to the engines (the border constants
 that made ``to_npu()`` fail with a raw KeyError).
 
@@ -13,23 +13,16 @@ onset 0.928).  Run with ``TF_ENABLE_ONEDNN_OPTS=0`` and ``=1``.
 """
 from __future__ import annotations
 
-import sys
 import tempfile
 
-
 import basic_pitch.constants  # noqa: F401  (the README's test command installs it; missing = failure)
-
-from helpers.paths import BENCH
-
-sys.path.insert(0, str(BENCH))
 
 BATCH = 2
 
 
 def test_basic_pitch_cal_quant_npu():
     import ratelnn
-    from pretrained import freeze_basic_pitch, synth_music
-    from real_models import cosine, run_batches
+    from agraph.pretrained import cosine, freeze_basic_pitch, run_batches, synth_music
     from ratelnn.frontend.tensorflow import converter
 
     ratelnn.tf_init()

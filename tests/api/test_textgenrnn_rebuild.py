@@ -1,20 +1,14 @@
-"""bench/pretrained.py's Keras 3 rebuild of textgenrnn's pretrained character model (its
+"""agraph/pretrained.py's Keras 3 rebuild of textgenrnn's pretrained character model (its
 Keras 2 ``CuDNNLSTM`` weights loaded untransposed give a model that runs but predicts at
-chance, so that every quantization of it seems to "lose").  The weight conversion is checked on known
+chance, and every quantization of it "loses").  The weight conversion is checked on known
 matrices, and the rebuilt model must predict the next character of real English text well
 above chance (measured: top-1 36.7% on 1613 windows; the most frequent character 12.4%; the
 untransposed weights 0.4%)."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
-from helpers.paths import BENCH
-
-sys.path.insert(0, str(BENCH))
-
-from pretrained import package_dir  # noqa: E402
+from agraph.pretrained import package_dir
 
 # the package's own code imports Keras 2 APIs, so it is found, not imported; the README's test
 # command installs it, and missing is a failure (ImportError)
@@ -22,7 +16,7 @@ package_dir("textgenrnn")
 
 
 def test_cudnn_lstm_weights_transposes_each_gate():
-    from pretrained import cudnn_lstm_weights
+    from agraph.pretrained import cudnn_lstm_weights
     rng = np.random.default_rng(0)
     units, inputs = 3, 5
     w = [rng.normal(size=(units, inputs)) for _ in range(4)]       # cuDNN: W x, row-major [units, in]
@@ -37,7 +31,7 @@ def test_cudnn_lstm_weights_transposes_each_gate():
 
 
 def test_rebuilt_model_predicts_english_text():
-    from pretrained import TEXT_LENGTH, english_text, load_textgenrnn, textgenrnn_vocab
+    from agraph.pretrained import TEXT_LENGTH, english_text, load_textgenrnn, textgenrnn_vocab
     vocab = textgenrnn_vocab()
     ids = np.array([vocab.get(c, 0) for c in english_text()], np.int32)
     starts = np.arange(0, len(ids) - TEXT_LENGTH - 1, 17)

@@ -8,7 +8,6 @@ MXNet.  The pretrained MTCNN R-Net (negative slopes included) compiles to a sing
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -22,7 +21,6 @@ from ratelnn.quantization.emit import emit_qdq
 from ratelnn.quantization.recover import strip_qdq
 
 from helpers.ir_graphs import compare, engine_nodes, quantized
-from helpers.paths import EXAMPLES
 
 F32 = np.float32
 BATCH = 4
@@ -333,8 +331,7 @@ def test_validator_rejects_a_negative_multiplier_out_of_range():
 def test_mtcnn_rnet_compiles_to_one_engine(tmp_path):
     """The pretrained R-Net (PReLU after every conv and its dense layer, slopes of both signs)."""
     pytest.importorskip("mtcnn")
-    sys.path.insert(0, str(EXAMPLES))
-    import face
+    from agraph import face
     entry = next(e for e in face.model_entries() if e.name == "rnet")
     g = _tf_import(face.keras_model(entry), batch=8)
     fused = _fused_prelu_nodes(g)

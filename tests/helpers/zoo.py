@@ -1,6 +1,6 @@
 """Shared code of the zoo model tests (tests/agraph/test_zoo_*.py): load a zoo folder's
 model.py / eval.py, get a zoo dataset prepared into a temporary data root, and measure a
-model through FP32 -> quant -> npu with ratelnn directly (``ratelnn.testing.zoo``)."""
+model through FP32 -> quant -> npu with ratelnn directly (``agraph.stages``)."""
 from __future__ import annotations
 
 import hashlib
@@ -9,9 +9,9 @@ import shutil
 import time
 from pathlib import Path
 
-from ratelnn.testing.zoo import load_fp32, runner  # noqa: F401  (re-exported)
-from ratelnn.testing.zoo import mirrored, stages
-from ratelnn.testing.zoo import measure as _measure
+from agraph.stages import load_fp32, runner  # noqa: F401  (re-exported)
+from agraph.stages import mirrored, stages
+from agraph.stages import measure as _measure
 
 
 def zoo_modules(name: str):
@@ -28,7 +28,7 @@ def zoo_dataset(key: str, data_dir: Path):
 
 
 def measure(name: str, workdir: Path, dataset, input_shapes=None, limit=None):
-    """:func:`ratelnn.testing.zoo.measure` of zoo model ``name``."""
+    """:func:`agraph.stages.measure` of zoo model ``name``."""
     return _measure(*zoo_modules(name), workdir, dataset, input_shapes=input_shapes, limit=limit)
 
 

@@ -214,12 +214,11 @@ def test_environment_variable_forces_a_path(path):
 
 def test_unknown_path_in_the_environment_is_a_clear_error_when_an_engine_runs():
     proc = _python(
-        f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
         "from helpers.engines import mixed_engine\n"
         "from ratelnn.npu import EngineError\n"
         "eng, x = mixed_engine()\n"
         "try:\n    eng.run([x], backend='native')\nexcept EngineError as e:\n    print('EngineError:', e)\n",
-        RATELNN_ISA="sse9")
+        RATELNN_ISA="sse9", PYTHONPATH=str(TESTS))
     assert proc.returncode == 0, proc.stderr
     assert "EngineError:" in proc.stdout and "RATELNN_ISA=sse9 names no kernel path" in proc.stdout
     with pytest.raises(EngineError, match="unknown kernel path"):

@@ -22,7 +22,7 @@ ROOT = REPO / "ratelnn"
 # facades whose names the public contract fixes (ratelnn, ratelnn.frontend.tensorflow,
 # ratelnn.frontend.mxnet) are entry points: they may import everything, nothing imports them.
 LAYERS = [
-    ("base", ["ratelnn.errors", "ratelnn.config", "ratelnn.config_forms", "ratelnn.fileio", "ratelnn._build", "ratelnn.mxnet_compat",
+    ("base", ["ratelnn.errors", "ratelnn.config", "ratelnn.config_forms", "ratelnn.fileio", "ratelnn._build", "ratelnn.frameworks", "ratelnn.mxnet_compat",
               "ratelnn.proto", "ratelnn.oplib", "ratelnn.runners", "ratelnn.datasets"]),
     ("ir", ["ratelnn.ir"]),
     ("calibration, quantization", ["ratelnn.calibration", "ratelnn.quantization"]),

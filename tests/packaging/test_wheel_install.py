@@ -1,6 +1,6 @@
 """ratelnn installs like a package: a wheel built from this checkout carries the C++ sources
 (ratelnn/_ops_src) and the engine schema; installed into an empty virtual environment (its
-dependencies from the package index), it builds its op libraries from those sources into a
+dependencies and the extra `tensorflow` from the package index), it builds its op libraries from those sources into a
 fresh cache and runs the quickstart from a directory outside the checkout."""
 import os
 import subprocess
@@ -39,6 +39,8 @@ def test_wheel_installs_into_an_empty_venv_and_runs_the_quickstart(tmp_path):
     assert "ratelnn/proto/engine.proto" in names
     zoo = {p.parent.name for p in (ROOT / "agraph" / "models").glob("*/model.py")}
     assert {"agraph/__init__.py", "agraph/__main__.py"} <= names  # the zoo ships beside ratelnn
+    # with what examples/ and bench/ import from an install (agraph.face, agraph.pretrained)
+    assert {"agraph/face.py", "agraph/pretrained.py", "agraph/shipped.py", "agraph/stages.py"} <= names
     assert {f"agraph/models/{m}/{f}" for m in zoo for f in ("model.py", "eval.py")} <= names
     assert not any(n.endswith((".so", ".o")) for n in names)
 
@@ -46,8 +48,9 @@ def test_wheel_installs_into_an_empty_venv_and_runs_the_quickstart(tmp_path):
     venv.EnvBuilder(with_pip=True).create(env_dir)  # empty: no system site-packages
     python = env_dir / "bin" / "python"
     # --no-compile: no .pyc of the ~6,000 modules of the dependencies at install time (Python
-    # compiles what the quickstart imports when it imports it); the install is otherwise the same
-    _run([python, "-m", "pip", "install", "-q", "--no-compile", str(wheel)], cwd=tmp_path)
+    # compiles what the quickstart imports when it imports it); the install is otherwise the same.
+    # TensorFlow is the extra `tensorflow` (the quickstart converts a Keras model).
+    _run([python, "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[tensorflow]"], cwd=tmp_path)
 
     work = tmp_path / "elsewhere"
     work.mkdir()

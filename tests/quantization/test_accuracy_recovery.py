@@ -12,18 +12,13 @@ layers chosen by ``analyze()`` win the loss back (the loss is spread over ~30 la
 """
 from __future__ import annotations
 
-import sys
 import tempfile
 
 import numpy as np
 import pytest
 
-from helpers.paths import BENCH
-
-import fer  # noqa: E402,F401  (the README's test command installs these; missing = failure)
-import skimage  # noqa: E402,F401
-
-sys.path.insert(0, str(BENCH))
+import fer  # noqa: F401  (the README's test command installs these; missing = failure)
+import skimage  # noqa: F401
 
 BATCH = 20
 WORST_LAYER = "separable_conv2d_1_1/separable_conv2d/depthwise"   # the first depthwise conv
@@ -40,7 +35,7 @@ def emotion_naive():
     """(converter with naive statistics, frozen graph, calibration images, test images,
     FP32 top-1, naive INT8 top-1)."""
     import warnings
-    from real_models import lfw_emotion_crops, load_emotion
+    from agraph.pretrained import lfw_emotion_crops, load_emotion
     import ratelnn
     from ratelnn.frontend.tensorflow import converter, freeze_keras
     ratelnn.tf_init()

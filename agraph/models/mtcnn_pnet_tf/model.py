@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agraph import kinds
-from ratelnn.testing import shipped, zoo
+from agraph import inputs, kinds, shipped
 
 NAME = "mtcnn_pnet_tf"
 FRAMEWORK = "tensorflow"
@@ -31,4 +30,4 @@ def build(workdir, input_shapes=None) -> list:
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
     """lfw_face_nonface samples [N,25,25] -> [N,12,12,3] float32."""
-    return zoo.mtcnn_input(samples, SIDE, FRAMEWORK)
+    return inputs.mtcnn_input(samples, SIDE, FRAMEWORK)

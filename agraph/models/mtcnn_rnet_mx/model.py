@@ -1,7 +1,7 @@
 """MTCNN R-Net (refinement net) ported to MXNet with the weights the ``mtcnn`` 1.0.0 package ships (MIT
 licence, ``mtcnn/assets/weights/rnet.lz4``): the same graph written as an MXNet symbol,
 kernels HWIO -> OIHW, dense rows reordered to NCHW flatten order, PReLU alphas as gammas
-(``ratelnn.testing.shipped.mtcnn_mx``; matches the Keras original to ~1e-6).
+(``agraph.shipped.mtcnn_mx``; matches the Keras original to ~1e-6).
 
 ``data`` [N,3,24,24] RGB scaled by (p - 127.5) / 128 -> box [N,4], prob [N,2]
 (prob index 1 = face). Metric: face/non-face accuracy of argmax(prob) on lfw_face_nonface.
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agraph import kinds
-from ratelnn.testing import shipped, zoo
+from agraph import inputs, kinds, shipped
 
 NAME = "mtcnn_rnet_mx"
 FRAMEWORK = "mxnet"
@@ -31,4 +30,4 @@ def build(workdir, input_shapes=None) -> list:
 
 def preprocess(samples: np.ndarray) -> np.ndarray:
     """lfw_face_nonface samples [N,25,25] -> [N,3,24,24] float32."""
-    return zoo.mtcnn_input(samples, SIDE, FRAMEWORK)
+    return inputs.mtcnn_input(samples, SIDE, FRAMEWORK)

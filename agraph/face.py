@@ -1,5 +1,6 @@
 """A face detection + emotion pipeline built from pretrained models shipped in PyPI packages
-(no download at run time), for ``examples/face_pipeline.py`` and its test.
+(no download at run time), compiled jointly onto the emulated 4-core NPU and run end to end
+in TensorFlow (:func:`run`; ``examples/face_pipeline.py`` prints its :class:`Report`).
 
 - MTCNN P-Net, R-Net, O-Net (``pip install mtcnn``; weights ``mtcnn/assets/weights/*.lz4``):
   pixels scaled by ``(p - 127.5) / 128``; P-Net runs once per pyramid level (one model per
@@ -14,6 +15,8 @@ FP32, quantized or compiled GraphDefs (:class:`GraphRunner`).  Boxes are ``[N, 4
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -357,7 +360,6 @@ def compile_pipeline(frozen: Mapping[str, FrozenModel], samples: Mapping[str, np
                      invocations: Mapping[str, int], output_dir: str, device_info=None):
     """Calibrate every model on its ``samples`` (statistics in ``output_dir/<model>``) and
     compile them jointly.  Returns ``(joint converter, {model name: compiled GraphDef})``."""
-    import os
     from ratelnn.frontend.tensorflow import joint_converter
     names = list(frozen)
     configs = [frozen[n].config(os.path.join(output_dir, n), invocations[n]) for n in names]
@@ -365,3 +367,61 @@ def compile_pipeline(frozen: Mapping[str, FrozenModel], samples: Mapping[str, np
     for name, converter in zip(names, jc.converters):
         converter.calibrate(samples[name], progress=False)
     return jc, dict(zip(names, jc.to_npu()))
+
+
+# ---------------------------------------------------------------- the pipeline end to end
+@dataclasses.dataclass
+class FaceRow:
+    """One FP32 face and the compiled pipeline's face that overlaps it most."""
+    photo: str
+    fp32_box: List[float]
+    fp32_emotion: str
+    fp32_confidence: float
+    npu_box: List[float]
+    npu_emotion: str
+    npu_confidence: float
+    iou: float
+
+
+@dataclasses.dataclass
+class Report:
+    """Everything the example prints."""
+    invocations: Dict[str, int]
+    engine_ops: Dict[str, int]     # RatelEngineOp nodes in each compiled GraphDef
+    scheme: object                 # ratelnn.joint.Scheme
+    simulation: object             # ratelnn.joint.SimulationResult of the scheme
+    comparison: Dict[str, object]  # strategy -> StrategyResult (jc.compare())
+    faces_fp32: Dict[str, int]
+    faces_npu: Dict[str, int]
+    rows: List[FaceRow]
+    timeline: str
+    seconds: float
+
+
+def run(output_dir: str, frames: int = 200) -> Report:
+    """Build, compile and run the pipeline; artefacts go to ``output_dir``."""
+    start = time.time()
+    os.makedirs(output_dir, exist_ok=True)
+    frozen = freeze_models(model_entries())
+    fp32 = GraphRunner({name: m.graph_def for name, m in frozen.items()}, frozen)
+    samples, invocations = calibration_samples(list(calibration_photos().values()), fp32)
+    jc, compiled = compile_pipeline(frozen, samples, invocations, os.path.join(output_dir, "stats"))
+    npu = GraphRunner(compiled, frozen)
+    engine_ops = {name: sum(n.op == "RatelEngineOp" for n in g.node) for name, g in compiled.items()}
+    rows, faces_fp32, faces_npu = [], {}, {}
+    for photo, frame in test_photos().items():
+        want, got = run_pipeline(frame, fp32), run_pipeline(frame, npu)
+        faces_fp32[photo], faces_npu[photo] = len(want.boxes), len(got.boxes)
+        for i, (j, overlap) in enumerate(match(want.boxes, got.boxes)):
+            found = j >= 0
+            rows.append(FaceRow(photo, want.boxes[i].round(1).tolist(), want.labels()[i],
+                                float(want.emotions[i].max()),
+                                got.boxes[j].round(1).tolist() if found else [], got.labels()[j] if found else "-",
+                                float(got.emotions[j].max()) if found else 0.0, overlap))
+    timeline = os.path.join(output_dir, "timeline.png")
+    jc.scheme.save_timeline(timeline)
+    jc.scheme.to_json(os.path.join(output_dir, "scheme.json"))
+    fp32.close()
+    npu.close()
+    return Report(invocations, engine_ops, jc.scheme, jc.scheme.simulate(frames=frames), jc.compare(frames=frames),
+                  faces_fp32, faces_npu, rows, timeline, time.time() - start)
