@@ -4,7 +4,7 @@ docs/quantization.md "Accuracy tuning"): :func:`tune` (``ConvertImpl.tune``).
 Every candidate is a plain dict of config keys (``quantize_algorithm``, ``auto_int16``,
 ``layer_configs`` and the accuracy passes' keys).  It is quantized from statistics already
 recorded, compiled (``compile_graph``), priced with the NPU cost model
-(:func:`ratelnn.profile.profile`: predicted latency of one inference, SRAM fit) plus a host
+(:func:`ratelnn.npu.costs.profile_engines`: predicted latency of one inference, SRAM fit) plus a host
 estimate for layers it moves off the NPU (:data:`HOST_FLOAT_MACS_PER_S`), and judged by
 running the compiled model in its framework on ``data`` (engines on the emulated NPU: the
 integer arithmetic the NPU computes).  Search, each step budgeted (``max_evals``,
@@ -386,10 +386,12 @@ class Tuner:
     def _price(self, qgraph, conv) -> Tuple[Any, Any, float]:
         """(compiled graph, Profile, predicted latency of one inference: engines + host fp32
         layers) of the quantized ``qgraph`` of ``conv``; ValueError when it has no engine."""
-        from .compiler import compile_graph
-        from .profile import profile
+        from .compiler import compile_graph, engine_sets
+        from .npu.costs import profile_engines
+        from .npu.engine import Engine
         compiled = compile_graph(qgraph, conv.config, conv.device_info)
-        prof = profile(compiled, 1, conv.device_info or None)
+        engines = [(name, Engine.from_bytes(blobs[0], label=name)) for name, blobs in engine_sets(compiled)]
+        prof = profile_engines(engines, 1, conv.device_info or None)
         return compiled, prof, prof.latency_s + self._host_seconds(qgraph, conv.config)
 
     def _record(self, key: str, point: Point) -> Point:
