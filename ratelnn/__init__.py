@@ -7,6 +7,11 @@ from .config import QuantConfig
 from .convert import ConvertImpl
 from .joint.convert import JointConvertImpl
 from .oplib import mx_init, ops_library_path, tf_init
+from . import npu, profile
+
+# ratelnn.npu.profile: the 0.1 name of ratelnn.profile.profile, in scripts written against the
+# first README; set here because profiling reads framework models, above the NPU layer
+npu.profile = profile.profile
 
 __all__ = ["QuantConfig", "ConvertImpl", "JointConvertImpl", "tf_init", "mx_init",
            "ops_library_path"]

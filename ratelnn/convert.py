@@ -1,6 +1,6 @@
 """ConvertImpl: the framework-neutral converter of one model (docs/architecture.md §2).
 
-A frontend supplies a *model handler* (:class:`ratelnn.frontend.handler.ModelHandler`) that
+A frontend supplies a *model handler* (:class:`ratelnn.model_handler.ModelHandler`) that
 translates its framework's model to the IR and back; everything in between works on the IR.
 Several models compiled together: :class:`ratelnn.joint.convert.JointConvertImpl`.
 """
@@ -12,7 +12,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 
 from . import config as config_mod
-from .frontend.handler import ModelHandler
+from .model_handler import ModelHandler
 from .ir import Graph
 
 

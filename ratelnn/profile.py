@@ -10,10 +10,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .compiler import engine_sets
 from .ir import Graph
-from .npu.costmodel import CostModelError, Profile, profile_layers
-from .npu.costs import instruction_layer_cost
-from .npu.device import target_device
+from .npu.costmodel import Profile
+from .npu.costs import engine_layers, profile_engines  # engine_layers: also public here
 from .npu.engine import Engine
 
 
@@ -22,15 +22,14 @@ def _engine_blobs(graph_npu: Any) -> List[Tuple[str, List[bytes]]]:
     TensorFlow GraphDef made by ``to_npu``, an MXNet ``(symbol, arg_params, aux_params)`` or a
     compiled IR :class:`~ratelnn.ir.Graph`, in graph order (docs/multi-batch.md)."""
     if isinstance(graph_npu, Graph):
-        return [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
-                for n in graph_npu.nodes if n.op == "Engine"]
-    if _is_tf_graph_def(graph_npu):
-        from .frontend.tensorflow.model_io import engine_sets
         return engine_sets(graph_npu)
+    if _is_tf_graph_def(graph_npu):
+        from .frontend.tensorflow import model_io as tf_model_io
+        return tf_model_io.engine_sets(graph_npu)
     if isinstance(graph_npu, tuple) and graph_npu and hasattr(graph_npu[0], "tojson"):
         import json
-        from .frontend.mxnet.model_io import engine_sets
-        return engine_sets(json.loads(graph_npu[0].tojson())["nodes"])
+        from .frontend.mxnet import model_io as mx_model_io
+        return mx_model_io.engine_sets(json.loads(graph_npu[0].tojson())["nodes"])
     raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
                     f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
 
@@ -89,11 +88,6 @@ def _is_tf_graph_def(obj: Any) -> bool:
     return graph_pb2 is not None and isinstance(obj, graph_pb2.GraphDef)
 
 
-def engine_layers(engine: Engine) -> list:
-    """The cost-model layers (``LayerCost``, one per instruction, per inference) of ``engine``."""
-    return [instruction_layer_cost(engine, ins) for ins in engine.instructions]
-
-
 def profile(graph_npu: Any, batch_size: int = 1, device_info: Optional[Mapping[Any, Any]] = None) -> Profile:
     """Predicted device time of the compiled model ``graph_npu`` (see :func:`model_engines`).
 
@@ -104,15 +98,4 @@ def profile(graph_npu: Any, batch_size: int = 1, device_info: Optional[Mapping[A
     cores, the split the compiler would choose), ``engines`` (per engine: the chosen
     ``ModelCost``s; their ``layers`` are per-instruction breakdowns), ``layers``, ``table()``.
     Raises ValueError if the model has no engine."""
-    engines = model_engines(graph_npu)
-    if not engines:
-        raise ValueError("the model has no NPU engine (compile it with to_npu first)")
-    if len({name for name, _ in engines}) != len(engines):
-        raise ValueError(f"the model has several engines of one name: {[name for name, _ in engines]}")
-    empty = [name for name, e in engines if not len(e.instructions)]
-    if empty:
-        raise CostModelError(f"engines {empty} have no instruction to profile")
-    if not device_info:
-        device_id = int(engines[0][1].proto.device_id)
-        device_info = {device_id: target_device(device_id).num_cores}
-    return profile_layers({name: engine_layers(e) for name, e in engines}, batch_size, device_info)
+    return profile_engines(model_engines(graph_npu), batch_size, device_info)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -191,6 +191,12 @@ def engine_batch_sizes(config: Mapping[str, Any]) -> List[int]:
         return [1 << k for k in range(dynamic.bit_length()) if 1 << k < dynamic] + [dynamic]
     return static
 
+
+def engine_sets(graph: Graph) -> List[Tuple[str, List[bytes]]]:
+    """``(engine name, [engine bytes, batch engine bytes...])`` of every ``Engine`` node of
+    the compiled ``graph``, in graph order: each node's engine set (docs/multi-batch.md)."""
+    return [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
+            for n in graph.nodes if n.op == "Engine"]
 
 def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None) -> Graph:
     """The compiled graph of the quantized ``qgraph`` (made by ``quantize``).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..convert import ConvertImpl
-from ..frontend.handler import ModelHandler
+from ..model_handler import ModelHandler
 from ..npu.device import all_devices_info
 from .planning import compare
 from .compile import compile_jointly, distinct_model_names

@@ -7,12 +7,3 @@ from .device_time import DeviceTime, device_time, device_times, reset_device_tim
 __all__ = ["Engine", "EngineBuilder", "EngineError", "make_lut", "make_softmax_table",
            "quantize_multiplier", "ISA_PATHS", "force_isa", "native_isa", "supported_isas", "DeviceTime", "device_time", "device_times", "reset_device_time"]
 
-
-def __getattr__(name):
-    """``ratelnn.npu.profile`` (the 0.1 name, in scripts written against the first README)
-    forwards to :func:`ratelnn.profile.profile`, which reads framework graphs and so lives
-    above the NPU layer (docs/architecture.md)."""
-    if name == "profile":
-        import importlib
-        return importlib.import_module("ratelnn.profile").profile
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

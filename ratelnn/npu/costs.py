@@ -5,12 +5,13 @@ is per inference (one sample of the batch); bytes are those of the int codes.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..npu.costmodel import LayerCost
-from ..npu.engine import DTYPES
+from ..npu.costmodel import CostModelError, LayerCost, Profile, profile_layers
+from ..npu.device import target_device
+from ..npu.engine import DTYPES, Engine
 from ..proto import engine_pb2 as pb
 
 # element operations per output element of the vector-unit instructions
@@ -73,3 +74,29 @@ def instruction_layer_cost(engine, instr) -> LayerCost:
     if op == pb.CONCAT:
         return LayerCost("concat", macs=0.0, **common)
     return LayerCost("move", macs=0.0, **common)
+
+
+def engine_layers(engine: Engine) -> list:
+    """The cost-model layers (``LayerCost``, one per instruction, per inference) of ``engine``."""
+    return [instruction_layer_cost(engine, ins) for ins in engine.instructions]
+
+
+def profile_engines(engines: Sequence[Tuple[str, Engine]], batch_size: int = 1,
+                    device_info: Optional[Mapping[Any, Any]] = None) -> Profile:
+    """Predicted device time of a compiled model's ``(engine name, Engine)`` list, in graph
+    order (:func:`ratelnn.profile.profile` reads it from a framework model or an IR graph).
+
+    ``device_info``: the device and cores to run on; default all cores of the first engine's
+    device.  Raises ValueError if there is no engine or two share a name."""
+    if not engines:
+        raise ValueError("the model has no NPU engine (compile it with to_npu first)")
+    names: List[str] = [name for name, _ in engines]
+    if len(set(names)) != len(engines):
+        raise ValueError(f"the model has several engines of one name: {names}")
+    empty = [name for name, e in engines if not len(e.instructions)]
+    if empty:
+        raise CostModelError(f"engines {empty} have no instruction to profile")
+    if not device_info:
+        device_id = int(engines[0][1].proto.device_id)
+        device_info = {device_id: target_device(device_id).num_cores}
+    return profile_layers({name: engine_layers(e) for name, e in engines}, batch_size, device_info)

@@ -145,9 +145,9 @@ def test_time_budget_reaches_inside_a_pass(tuned, tmp_path, monkeypatch):
     """A data-driven pass that outruns time_budget_s stops the search (with the best found)
     instead of finishing first: the between-candidates check is switched off here, so only
     the limit inside the pass's layer walk can stop it."""
-    from ratelnn.tune import Tuner
+    from ratelnn.tune.search import Search
     graph_def, data = tuned[0], tuned[1]
-    monkeypatch.setattr(Tuner, "_check_budget", lambda self: None)
+    monkeypatch.setattr(Search, "check_budget", lambda self: None)
     r = converter(graph_def, _config(tmp_path)).tune(data, target=0.99, time_budget_s=0.0, progress=False,
                                                      passes=("bias_correction",))
     assert "time_budget_s" in r.stopped and "layer walk" in r.stopped, r.stopped

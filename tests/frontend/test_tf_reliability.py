@@ -52,8 +52,8 @@ def test_tf1_while_loop_is_refused_as_control_flow(tmp_path, v1_control_flow):
 
 
 def test_integer_input_feeding_a_quantized_op_is_refused_naming_it():
-    """The frontend-neutral guard (frontend/handler.py): an integer input read by an IR op."""
-    from ratelnn.frontend.handler import _integer_inputs_checked
+    """The frontend-neutral guard (model_handler.py): an integer input read by an IR op."""
+    from ratelnn.model_handler import _integer_inputs_checked
     from ratelnn.ir import Graph, Node, TensorInfo
     g = Graph("int_relu")
     g.add_input("x", (2, 4), "int32")

@@ -1,7 +1,21 @@
-"""The package's layers import only downward, with no cycles and no private names across
-packages (docs/architecture.md, "Layers").  Read from the source with ``ast``: every
-``import``/``from ... import`` (at module level or inside functions) and every
-``importlib.import_module("ratelnn...")`` literal counts."""
+"""The packages' layers import only downward, with no cycles and no private names across
+packages (docs/architecture.md, "Layers").  Read from the source of ``ratelnn/`` and
+``agraph/`` with ``ast``: every ``import``/``from ... import`` (at module level or inside
+functions) and every ``importlib.import_module("ratelnn...")`` literal counts.
+
+Cycles are counted at two levels:
+
+- modules: a node per ``.py`` file (a package is its ``__init__``), an edge A -> B when A
+  imports B or a name of B;
+- packages: a node per subpackage of a root, its subpackages collapsed into it
+  (``ratelnn.frontend``, ``ratelnn.ir``, ``agraph.models``), per top-level module
+  (``ratelnn.convert``, ``ratelnn.tune``, ``agraph.flow``) and per root facade
+  (``ratelnn``, ``agraph``: their ``__init__``); an edge A -> B when any module of A imports
+  any module of B.
+
+Entry points (the root facades, the CLI, ``ratelnn.testing``) are nodes like the others: they
+import everything and nothing imports them, so they close no cycle.  There must be none at
+either level."""
 from __future__ import annotations
 
 import ast
@@ -15,12 +29,12 @@ from helpers.paths import REPO
 # reads source files only (tests/conftest.py)
 pytestmark = pytest.mark.no_tf_math
 
-ROOT = REPO / "ratelnn"
+ROOTS = ("ratelnn", "agraph")
 
 # Lowest first.  A module's layer is that of the longest prefix listed; an import may go to
-# the same layer or below.  `ratelnn.testing`, the CLI and the package
-# facades whose names the public contract fixes (ratelnn, ratelnn.frontend.tensorflow,
-# ratelnn.frontend.mxnet) are entry points: they may import everything, nothing imports them.
+# the same layer or below.  The entry points may import everything, nothing imports them:
+# `ratelnn.testing`, the CLI and the root facade (`ratelnn`); the model zoo (`agraph`) sits
+# above the whole SDK.
 LAYERS = [
     ("base", ["ratelnn.errors", "ratelnn.config", "ratelnn.config_forms", "ratelnn.fileio", "ratelnn._build", "ratelnn.frameworks", "ratelnn.mxnet_compat",
               "ratelnn.proto", "ratelnn.oplib", "ratelnn.runners", "ratelnn.datasets"]),
@@ -28,27 +42,26 @@ LAYERS = [
     ("calibration, quantization", ["ratelnn.calibration", "ratelnn.quantization"]),
     ("npu", ["ratelnn.npu"]),
     ("compiler", ["ratelnn.compiler"]),
-    ("frontend", ["ratelnn.frontend"]),
-    ("api", ["ratelnn.convert", "ratelnn.analysis", "ratelnn.profile", "ratelnn.ratelnn_runtime",
+    ("api", ["ratelnn.model_handler", "ratelnn.convert", "ratelnn.analysis", "ratelnn.ratelnn_runtime",
              "ratelnn.distributed", "ratelnn.tune"]),
     ("joint", ["ratelnn.joint"]),
+    ("frontend", ["ratelnn.frontend"]),
+    ("profiling", ["ratelnn.profile"]),
     ("entry points", ["ratelnn.cli", "ratelnn.__main__", "ratelnn.testing"]),
+    ("model zoo", ["agraph"]),
 ]
-FACADES = {"ratelnn", "ratelnn.frontend.tensorflow", "ratelnn.frontend.mxnet"}
-# Names kept for scripts written against earlier releases, forwarded lazily (PEP 562) to
-# where the code lives now; (importer, target) pairs exempt from the direction rule.
-COMPATIBILITY = {("ratelnn.npu", "ratelnn.profile")}  # ratelnn.npu.profile(), the 0.1 name
-ENTRY = len(LAYERS) - 1
+FACADES = {"ratelnn"}
+ENTRY = [name for name, _ in LAYERS].index("entry points")
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+MODULES = {module_name(p): p for root in ROOTS for p in (REPO / root).rglob("*.py")}
 
 
 def layer_of(module: str) -> int:
@@ -64,7 +77,8 @@ def layer_of(module: str) -> int:
 
 
 def unit_of(module: str) -> str:
-    """The package-level unit: ratelnn.<first part> (a subpackage or a top-level module)."""
+    """The package-level node: <root>.<first part> (a subpackage or a top-level module), or
+    the root facade itself."""
     parts = module.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 else module
 
@@ -79,29 +93,39 @@ def resolve(importer: str, is_package: bool, level: int, target: str | None) -> 
     return ".".join(base + ([target] if target else []))
 
 
+def ours(name: str) -> bool:
+    return name.split(".")[0] in ROOTS
+
+
 def imports_of(module: str, path: Path):
-    """``(target module, imported names, line)`` for every ratelnn import in ``module``."""
+    """``(target module, imported names, line)`` for every ratelnn or agraph import in ``module``."""
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(a.name, [], node.lineno) for a in node.names if a.name.startswith("ratelnn")]
+            found += [(a.name, [], node.lineno) for a in node.names if ours(a.name)]
         elif isinstance(node, ast.ImportFrom):
             base = resolve(module, is_package, node.level, node.module)
-            if not base.startswith("ratelnn"):
+            if not ours(base):
                 continue
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
                 found.append((sub, [], node.lineno) if sub in MODULES else (base, [alias.name], node.lineno))
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("ratelnn")):
+              and node.args and isinstance(node.args[0], ast.Constant) and ours(str(node.args[0].value))):
             found.append((node.args[0].value, [], node.lineno))
     return found
 
 
+def crosses_into_sdk(importer: str, target: str) -> bool:
+    """Whether ``importer`` reaching into ``target`` must use public names only: across
+    packages, where either side is in ratelnn (the zoo's own modules share helpers freely)."""
+    return unit_of(importer) != unit_of(target) and "ratelnn" in (importer.split(".")[0], target.split(".")[0])
+
+
 def private_attribute_uses(module: str, path: Path):
-    """``module._name`` reads where ``module`` is a ratelnn module of another unit."""
+    """``module._name`` reads where ``module`` is a module of another package."""
     tree = ast.parse(path.read_text(), str(path))
     aliases = {}
     is_package = path.name == "__init__.py"
@@ -119,7 +143,7 @@ def private_attribute_uses(module: str, path: Path):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                 and node.attr.startswith("_") and not node.attr.startswith("__")):
             target = aliases[node.value.id]
-            if unit_of(target) != unit_of(module):
+            if crosses_into_sdk(module, target):
                 yield f"{module} reads {target}.{node.attr}"
 
 
@@ -135,18 +159,18 @@ def test_imports_only_run_downward():
     upward = []
     for module, found in EDGES.items():
         for target, _, line in found:
-            if target in MODULES and (module, target) not in COMPATIBILITY:
-                if layer_of(target) > layer_of(module):
-                    upward.append(f"{module}:{line} imports {target} "
-                                  f"({LAYERS[layer_of(module)][0]} -> {LAYERS[layer_of(target)][0]})")
+            if target in MODULES and layer_of(target) > layer_of(module):
+                upward.append(f"{module}:{line} imports {target} "
+                              f"({LAYERS[layer_of(module)][0]} -> {LAYERS[layer_of(target)][0]})")
     assert upward == []
 
 
 def test_no_private_names_across_packages():
+    """ratelnn's packages, and agraph reaching into ratelnn, use each other's public names."""
     private = []
     for module, found in EDGES.items():
         for target, names, line in found:
-            if unit_of(target) != unit_of(module):
+            if crosses_into_sdk(module, target):
                 private += [f"{module}:{line} imports {target}.{n}" for n in names if n.startswith("_")]
         private += list(private_attribute_uses(module, MODULES[module]))
     assert private == []
@@ -184,24 +208,29 @@ def _cycles(graph):
     return result
 
 
-@pytest.mark.parametrize("level", ["package", "module"])
-def test_no_import_cycles(level):
+def import_graph(level: str):
+    """The import graph of both roots at ``level`` ("module" or "package", see the module
+    docstring): node -> the nodes it imports."""
     graph = defaultdict(set)
     for module, found in EDGES.items():
-        if module in FACADES:  # entry points: they import everything and nothing imports them
-            continue
         for target, _, _ in found:
-            if target not in MODULES or (module, target) in COMPATIBILITY:
-                continue
+            assert target in MODULES, f"{module} imports {target}, which is no module of {ROOTS}"
             a, b = (unit_of(module), unit_of(target)) if level == "package" else (module, target)
-            if a != b and not (level == "module" and b == module.rsplit(".", 1)[0]):
+            if a != b:
                 graph[a].add(b)
+    return graph
+
+
+@pytest.mark.parametrize("level", ["package", "module"])
+def test_no_import_cycles(level):
+    graph = import_graph(level)
+    assert {"ratelnn.frontend", "ratelnn.convert", "agraph.flow"} & set(graph)   # both roots read
     assert _cycles(graph) == []
 
 
 def test_test_modules_share_code_only_through_helpers():
     """tests/<layer>/test_*.py import shared code from tests/helpers, never from each other."""
-    tests_dir = ROOT.parent / "tests"
+    tests_dir = REPO / "tests"
     names = {p.stem for p in tests_dir.rglob("test_*.py")}
     offenders = []
     for path in tests_dir.rglob("test_*.py"):
@@ -216,6 +245,8 @@ def test_ratelnn_never_imports_agraph():
     """agraph (the model zoo) sits above the SDK: it imports ratelnn, never the reverse."""
     found = []
     for module, path in MODULES.items():
+        if module.split(".")[0] != "ratelnn":
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])

@@ -6,7 +6,7 @@ from typing import Any
 
 from ...config import QuantConfig
 from ... import oplib
-from ..handler import ModelHandler
+from ...model_handler import ModelHandler
 from ...ir import Graph
 from .exporter import export_symbol
 from .importer import import_symbol

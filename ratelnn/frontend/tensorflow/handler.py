@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from ...config import QuantConfig
 from ... import oplib
-from ..handler import ModelHandler
+from ...model_handler import ModelHandler
 from ...ir import Graph
 from .exporter import export_graphdef
 from .importer import import_graphdef
@@ -27,7 +27,7 @@ class TFModelHandler(ModelHandler):
         """FakeQuant* / QuantizeAndDequantizeV2-V4 graphs (docs/quantization.md "Importing
         pre-quantized (QAT) graphs"); None for graphs without such nodes."""
         from ...quantization.prequant import quantize_prequantized
-        from ..handler import checked_float_ir
+        from ...model_handler import checked_float_ir
         from .fake_quant import depthwise_steps, fold_fake_quant, has_fake_quant
         if not has_fake_quant(graph_quant):
             return None
