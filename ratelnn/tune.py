@@ -56,6 +56,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import CalibrationError, RatelError, TimeLimitExceeded
+from .ir import registry
 
 METHODS = ("naive", "kld", "percentile", "mse")
 # accuracy passes (issue 14): config key -> values tried, in order; skipped while the
@@ -80,18 +81,13 @@ AUTO_INT16 = (("auto_int16", {"auto_int16": True}),
 # quantized elementwise ops in a row (nothing weighted between them) that make a recurrence:
 # an unrolled LSTM's cell state c_t = f * c_{t-1} + i * g is a chain of 2 per step, and its
 # rounding errors add up along it (TFLite keeps the cell state 16-bit for that reason)
-CHAIN_OPS = frozenset(("Add", "Sub", "Mul"))
+CHAIN_OPS = registry.QUANTIZED_BINARY_OPS
 MIN_CHAIN = 8
 MIN_GAIN = 1e-4          # a change is kept when it raises the metric by more than this
 # float ops whose result is sensitive to small absolute errors of their input over a wide
 # dynamic range (stage 4, "borders"): IR op names and the framework types of Opaque nodes,
-# lower case
-SENSITIVE_OPS = frozenset((
-    "div", "sqrt", "rsqrt", "exp",                                      # IR ops kept float
-    "log", "log1p", "log2", "log10", "exp2", "expm1", "pow", "power", "_power", "broadcast_power",
-    "_power_scalar", "_rpower_scalar", "reciprocal", "inv", "realdiv", "truediv", "divnonan",
-    "div_no_nan", "xlogy", "xdivy", "floordiv", "_rdiv_scalar", "_div_scalar", "broadcast_div",
-    "elemwise_div"))
+# lower case (the registry's sensitive ops)
+SENSITIVE_OPS = registry.SENSITIVE_OP_TYPES
 
 
 # ------------------------------------------------------------------ results
@@ -876,7 +872,7 @@ def _node_macs(graph, node) -> float:
     """Multiply-adds (or element operations) of one float inference of ``node``."""
     shape = [d for d in (graph.tensors[node.outputs[0]].shape if node.outputs[0] in graph.tensors else [])]
     out = float(np.prod([d for d in shape[1:] if d])) if shape else 0.0
-    if node.op in ("Conv2D", "MatMul") and len(node.inputs) > 1 and graph.is_param(node.inputs[1]):
+    if registry.is_weighted(node.op) and len(node.inputs) > 1 and graph.is_param(node.inputs[1]):
         w = np.asarray(graph.params[node.inputs[1]])
         channels = [c for c in (shape[-1] if shape else None, shape[1] if len(shape) > 1 else None) if c]
         out_ch = next((d for d in (w.shape[-1], w.shape[0]) if d in channels), w.shape[-1])

@@ -19,11 +19,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..ir import registry
+
 SEED = 0
 # Activation-producing IR ops (every quantized op that is not scale-preserving), for a
 # ``layer_configs`` entry putting a whole model's activations in int16.
-INT16_OP_TYPES = ("Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "AvgPool", "Mean", "Sigmoid",
-                  "Tanh", "Softmax", "LeakyRelu", "Relu", "Relu6")
+INT16_OP_TYPES = tuple(registry.ACTIVATION_OPS)
 
 
 # ---------------------------------------------------------------- files
