@@ -380,10 +380,20 @@ def unregister(op) -> None:
     _changed()
 
 
+def make_op(name: str, tf: str = "", mx: str = "", onnx: str = "", **fields) -> OpDef:
+    """An OpDef as the entries of ``OPS`` are written: spellings space-separated."""
+    return _op(name, tf, mx, onnx, **fields)
+
+
+def make_lut_op(name: str, tf: str = "", mx: str = "", onnx: str = "", **fields) -> OpDef:
+    """A unary elementwise op the NPU runs as a table built from ``fn`` (its float definition)."""
+    return _lut(name, tf, mx, onnx, **fields)
+
+
 @contextlib.contextmanager
 def temporary_op(op: Optional[OpDef] = None, **fields) -> Iterator[OpDef]:
-    """Register ``op`` (or ``OpDef(**fields)``, ``tf``/``mx``/``onnx`` as space-separated
-    spellings like in ``OPS``) for the ``with`` block, unregistered on exit (tests)."""
+    """Register ``op`` (or ``make_op(**fields)``) for the ``with`` block, unregistered on
+    exit (tests)."""
     if op is None:
         op = _op(**fields)
     register(op)
