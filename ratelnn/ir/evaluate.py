@@ -284,7 +284,8 @@ def _transpose(node: Node, x):
 
 @_defines("Pad")
 def _pad(node: Node, x):
-    return np.pad(x, [tuple(p) for p in node.attrs["pads"]], constant_values=np.asarray(node.attrs.get("value", 0), x.dtype))
+    value = np.asarray(node.attrs.get("value", 0), x.dtype)
+    return np.pad(x, [tuple(p) for p in node.attrs["pads"]], constant_values=value)
 
 
 def evaluate_node(node: Node, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
