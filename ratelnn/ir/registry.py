@@ -8,6 +8,11 @@ writes the first (a binary op's MXNet form with broadcasting is the second; an o
 types in configs (``layer_configs`` ``op_type``, docs/architecture.md §14).  Adding an op: see
 docs/adding-an-op.md.  ``python -m ratelnn.ir.registry --markdown`` prints the supported-op
 table of docs/npu-supported-ops.md.
+
+Every question a pass asks about an op is answered here (its fields, the trait sets such as
+:data:`WEIGHTED_OPS`, the queries such as :func:`is_weighted`); no other module lists op
+names.  Ops can be added at run time (:func:`register`, :func:`temporary_op`): every table
+derived from the registry follows.
 """
 from __future__ import annotations
 
