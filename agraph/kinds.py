@@ -22,6 +22,8 @@ from typing import Callable, List
 
 import numpy as np
 
+from ratelnn.ir import registry
+
 from . import builders, inputs
 from .metrics import ModelMetrics, collect, mean_cosine, top1_accuracy, top1_agreement
 
@@ -97,8 +99,7 @@ def shipped_mx(workdir, name: str, fixed_shapes, input_shapes, net: Callable[[ob
 
 # Activation-producing IR ops (every quantized op that is not scale-preserving), for a
 # ``layer_configs`` entry putting a whole model's activations in int16.
-INT16_OP_TYPES = ("Conv2D", "MatMul", "Add", "Sub", "Mul", "Concat", "AvgPool", "Mean", "Sigmoid",
-                  "Tanh", "Softmax", "LeakyRelu", "Relu", "Relu6")
+INT16_OP_TYPES = tuple(sorted(registry.ACTIVATION_OPS))
 
 
 def fer_converter_config(input_name: str) -> dict:

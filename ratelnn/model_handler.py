@@ -72,9 +72,6 @@ def checked_float_ir(graph: Graph) -> Graph:
     return _integer_inputs_checked(_validated(run_default_passes(graph)))
 
 
-_MOVES_VALUES = {"Reshape", "Transpose", "Squeeze", "ExpandDims", "Identity"}
-
-
 def _integer_inputs_checked(graph: Graph) -> Graph:
     """ModelError if a non-float graph input feeds an op the SDK would quantize: integer
     inputs may only feed ops that stay in the framework (a Cast, a Gather...)."""
@@ -88,7 +85,7 @@ def _integer_inputs_checked(graph: Graph) -> Graph:
             for reader in graph.consumers(tensor):
                 if reader.op == "Opaque" or id(reader) in seen:
                     continue
-                if reader.op in _MOVES_VALUES:  # an integer reshaped is still an integer
+                if registry.moves_values(reader.op):  # an integer reshaped is still an integer
                     seen.add(id(reader))
                     frontier.extend(reader.outputs)
                     continue

@@ -65,7 +65,7 @@ def is_lowerable(graph: Graph, node: Node) -> bool:
     batch = graph.shape(out)[0]
     if any(graph.shape(t)[0] != batch for t in acts):
         return False
-    check = _CHECKS.get(node.op)
+    check = _CHECKS.get(registry.lowering(node.op))
     return check(graph, node) if check else len(node.inputs) == 1
 
 
@@ -78,7 +78,8 @@ def _act_ok(graph: Graph, node: Node) -> bool:
     if act not in ("leaky_relu", "prelu"):
         return True
     slopes = np.asarray(node.attrs.get("act_alpha", 0.2), dtype=np.float64).reshape(-1)
-    cout = graph.shape(node.outputs[0])[3 if node.op == "Conv2D" and node.attrs.get("layout") != "NCHW" else 1]
+    spatial = registry.lowering(node.op) == "conv2d"
+    cout = graph.shape(node.outputs[0])[3 if spatial and node.attrs.get("layout") != "NCHW" else 1]
     return bool(np.isfinite(slopes).all()) and slopes.size in ((1,) if act == "leaky_relu" else (cout,))
 
 
@@ -106,7 +107,7 @@ def _check_matmul(graph: Graph, node: Node) -> bool:
 
 
 def _check_binary(graph: Graph, node: Node) -> bool:
-    if len(node.inputs) != 2 or graph.is_param(node.inputs[0]) and node.op == "Sub":
+    if len(node.inputs) != 2 or graph.is_param(node.inputs[0]) and not registry.get(node.op).commutative:
         return False
     out_rank = len(graph.shape(node.outputs[0]))
     for t in node.inputs:
@@ -152,10 +153,11 @@ def _check_softmax(graph: Graph, node: Node) -> bool:
     return len(node.inputs) == 1 and rank >= 2 and _axis(node.attrs.get("axis", -1), rank) == rank - 1
 
 
+# lowering routine (OpDef.lowering) -> the forms it supports; without a check: one input
 _CHECKS: Dict[str, Callable[[Graph, Node], bool]] = {
-    "Conv2D": _check_conv, "MatMul": _check_matmul, "Add": _check_binary, "Sub": _check_binary,
-    "Mul": _check_binary, "Concat": _check_concat, "MaxPool": _check_pool, "AvgPool": _check_pool,
-    "Mean": _check_mean, "Pad": _check_pad, "Transpose": _check_transpose, "Softmax": _check_softmax,
+    "conv2d": _check_conv, "matmul": _check_matmul, "binary": _check_binary, "concat": _check_concat,
+    "pool": _check_pool, "mean": _check_mean, "pad": _check_pad, "transpose": _check_transpose,
+    "softmax": _check_softmax,
 }
 
 
@@ -203,9 +205,9 @@ def _channel_scales(qp, channels: int) -> np.ndarray:
 
 def _act_clamp(act: str, out_qp) -> Tuple[Optional[int], Optional[int]]:
     """Clamp bounds (output codes) of a fused/standalone ReLU or ReLU6."""
-    if act in ("relu", "Relu"):
+    if act == "relu":
         return 0, None
-    if act in ("relu6", "Relu6"):
+    if act == "relu6":
         return 0, int(min(np.floor(6.0 / out_qp.scale + 0.5), qrange(out_qp.dtype)[1]))
     return None, None
 
@@ -262,12 +264,7 @@ class _RegionLowering:
 
     # ---- ops
     def lower(self, node: Node) -> None:
-        opcodes = registry.get(node.op).npu
-        if opcodes == ("LUT",):
-            return self.table(node)
-        if opcodes == ("RESHAPE",):
-            return self.reshape(node)
-        getattr(self, "op_" + node.op.lower())(node)
+        getattr(self, "op_" + registry.get(node.op).lowering)(node)
 
     def _weighted(self, node: Node, x: int, w: np.ndarray, out: int, opcode: str, k: int, **attrs) -> None:
         """CONV2D / FULLY_CONNECTED: ``w`` has output channels last, ``k`` products per output."""
@@ -315,7 +312,7 @@ class _RegionLowering:
         out = self.new(node.outputs[0], "ir")
         self._weighted(node, x, w, out, "FULLY_CONNECTED", w.shape[0])
 
-    def _binary(self, node: Node) -> None:
+    def op_binary(self, node: Node) -> None:
         g = self.graph
         a_t, b_t = node.inputs
         if g.is_param(a_t):            # Add/Mul are commutative: the constant goes second
@@ -334,7 +331,7 @@ class _RegionLowering:
         out_t = node.outputs[0]
         out = self.new(out_t, view)
         qa, qb, qy = self.qp(a_t), g.qparams[b_t], self.qp(out_t)
-        if node.op == "Mul":
+        if registry.get(node.op).affine == "mul":
             m, s = quantize_multiplier(_capped(float(qa.scale) * float(qb.scale) / float(qy.scale), qy.dtype),
                                        qabs(qa.dtype) * qabs(qb.dtype))
             mults, shift = [m], s
@@ -344,8 +341,6 @@ class _RegionLowering:
             mults = [ma, mb]
         self.b.add(registry.get(node.op).npu[0], inputs, [out], consts=consts, name=node.name, multipliers=mults,
                    shifts=[shift])
-
-    op_add = op_sub = op_mul = _binary
 
     def op_concat(self, node: Node) -> None:
         rank = len(self.ir_shape(node.outputs[0]))
@@ -361,22 +356,21 @@ class _RegionLowering:
         self.b.add("CONCAT", inputs, [out], name=node.name, axis=NHWC_AXIS_OF_NCHW[axis] if view == "nhwc" else axis,
                    multipliers=[m for m, _ in params], shifts=[s for _, s in params])
 
-    def _pool(self, node: Node) -> None:
+    def op_pool(self, node: Node) -> None:
         a = node.attrs
         view = "nhwc" if a.get("layout", "NHWC") == "NCHW" else "ir"
         x_t, out_t = node.inputs[0], node.outputs[0]
         x = self.get(x_t, view, node)
         out = self.new(out_t, view)
         attrs = dict(ksize=a["ksize"], strides=a.get("strides", (1, 1)), pads=a.get("pads", (0, 0, 0, 0)))
-        if node.op == "AvgPool":
+        opcode = registry.get(node.op).npu[0]
+        if opcode == "AVG_POOL":
             kh, kw = a["ksize"]
             m, s = _divisor_multiplier(_capped(float(self.qp(x_t).scale) / float(self.qp(out_t).scale),
                                                self.qp(out_t).dtype, kh * kw),
                                        kh * kw * qabs(self.qp(x_t).dtype), kh * kw)
             attrs.update(multipliers=[m], shifts=[s], count_include_pad=bool(a.get("count_include_pad", False)))
-        self.b.add(registry.get(node.op).npu[0], [x], [out], name=node.name, **attrs)
-
-    op_maxpool = op_avgpool = _pool
+        self.b.add(opcode, [x], [out], name=node.name, **attrs)
 
     def op_mean(self, node: Node) -> None:
         x_t, out_t = node.inputs[0], node.outputs[0]
@@ -398,7 +392,7 @@ class _RegionLowering:
         self.b.add("MEAN", [x], [out], name=node.name, axes=engine_axes, keepdims=keepdims,
                    multipliers=[m], shifts=[s])
 
-    def reshape(self, node: Node) -> None:
+    def op_reshape(self, node: Node) -> None:
         x = self.get(node.inputs[0], "ir", node)
         out_t = node.outputs[0]
         out = self.new(out_t, "ir")
@@ -434,7 +428,7 @@ class _RegionLowering:
         code = int(np.clip(np.sign(value) * np.floor(abs(value) / float(qy.scale) + 0.5), lo, hi))
         self.b.add("PAD", [x], [out], name=node.name, pads=pads.reshape(-1), pad_value=code)
 
-    def table(self, node: Node) -> None:
+    def op_table(self, node: Node) -> None:
         x_t, out_t = node.inputs[0], node.outputs[0]
         view = self.any_view([x_t])
         x = self.get(x_t, view, node)
@@ -447,17 +441,15 @@ class _RegionLowering:
         table = make_lut(fn, qx.dtype, float(qx.scale), qy.dtype, float(qy.scale))
         self.b.add("LUT", [x], [out], consts=[self.b.const(f"{node.name}/table", table)], name=node.name)
 
-    def _relu(self, node: Node) -> None:
+    def op_relu(self, node: Node) -> None:
         x_t, out_t = node.inputs[0], node.outputs[0]
         view = self.any_view([x_t])
         x = self.get(x_t, view, node)
         out = self.new(out_t, view)
         qx, qy = self.qp(x_t), self.qp(out_t)
         m, s = quantize_multiplier(_capped(float(qx.scale) / float(qy.scale), qy.dtype), qabs(qx.dtype))
-        lo, hi = _act_clamp(node.op, qy)
+        lo, hi = _act_clamp(registry.fused_act(node.op), qy)
         self.b.add("REQUANT", [x], [out], name=node.name, multipliers=[m], shifts=[s], act_min=lo, act_max=hi)
-
-    op_relu = op_relu6 = _relu
 
     def op_softmax(self, node: Node) -> None:
         x_t, out_t = node.inputs[0], node.outputs[0]

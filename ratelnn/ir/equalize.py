@@ -30,12 +30,12 @@ from typing import List, Optional
 
 import numpy as np
 
+from . import registry
 from .evaluate import evaluate_node
 from .graph import Graph, Node
 from .passes import BN_STATS, set_weights_and_bias
 
 _HOMOGENEOUS_ACTS = ("none", "relu", "leaky_relu", "prelu")
-_CHANNEL_OPS = ("MaxPool", "AvgPool", "Pad")
 _CONVERGED = 1e-3   # a sweep moving no scale by more than this relative amount ends the loop
 
 
@@ -54,7 +54,7 @@ def _layout(node: Node) -> str:
 
 
 def _weights_ok(graph: Graph, node: Node) -> bool:
-    if node.op not in ("Conv2D", "MatMul") or len(node.inputs) not in (2, 3):
+    if not registry.is_weighted(node.op) or len(node.inputs) not in (2, 3):
         return False
     if node.op == "MatMul" and node.attrs.get("transpose_a"):
         return False
@@ -78,7 +78,7 @@ def find_pairs(graph: Graph) -> List[Pair]:
             continue
         between: List[Node] = []
         node = _sole_reader(graph, p.outputs[0], consumers)
-        while node is not None and node.op in _CHANNEL_OPS and p.op == "Conv2D":
+        while node is not None and node.op in registry.CHANNELWISE_OPS and p.op == "Conv2D":
             if _layout(node) != _layout(p) or (node.op == "Pad" and float(node.attrs.get("value", 0.0)) != 0.0):
                 node = None
                 break

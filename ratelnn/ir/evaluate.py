@@ -22,6 +22,19 @@ class EvaluationError(RatelError, RuntimeError):
     """A node cannot be evaluated (unknown op, Opaque framework op, missing feed)."""
 
 
+# IR op -> its float definition that reads the node's attributes: (node, *input arrays) -> array.
+# Attribute-free ops carry theirs in the registry (OpDef.fn, ratelnn/ir/registry.py).
+_NODE_FNS: Dict[str, Callable[..., np.ndarray]] = {}
+
+
+def _defines(op: str) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
+    """Decorator: the function is the float definition of IR op ``op``."""
+    def add(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        _NODE_FNS[op] = fn
+        return fn
+    return add
+
+
 # ---------------------------------------------------------------- helpers
 def _to_nhwc(x: np.ndarray, layout: str) -> np.ndarray:
     return x.transpose(0, 2, 3, 1) if layout == "NCHW" else x
@@ -82,6 +95,7 @@ def _f32(x) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- ops
+@_defines("Conv2D")
 def _conv2d(node: Node, x, w, b=None):
     a = node.attrs
     layout = a.get("layout", "NHWC")
@@ -128,6 +142,7 @@ def _depthwise_taps(x: np.ndarray, w: np.ndarray, strides, dilations) -> np.ndar
     return y
 
 
+@_defines("MatMul")
 def _matmul(node: Node, x, w, b=None):
     a = node.attrs
     x, w = _f32(x), _f32(w)
@@ -141,6 +156,8 @@ def _matmul(node: Node, x, w, b=None):
     return apply_act(y.astype(np.float32), a.get("act", "none"), a.get("act_alpha", 0.2))
 
 
+@_defines("MaxPool")
+@_defines("AvgPool")
 def _pool(node: Node, x):
     a = node.attrs
     layout = a.get("layout", "NHWC")
@@ -162,6 +179,7 @@ def _pool(node: Node, x):
     return _from_nhwc(y.astype(np.float32), layout)
 
 
+@_defines("BatchNorm")
 def _batchnorm(node: Node, x, gamma, beta, mean, var):
     x = _f32(x)
     axis = node.attrs.get("axis", -1) % x.ndim
@@ -172,6 +190,7 @@ def _batchnorm(node: Node, x, gamma, beta, mean, var):
     return x * scale.reshape(shape) + shift.reshape(shape)
 
 
+@_defines("Softmax")
 def _softmax(node: Node, x):
     x = _f32(x)
     axis = node.attrs.get("axis", -1)
@@ -179,6 +198,7 @@ def _softmax(node: Node, x):
     return e / e.sum(axis=axis, keepdims=True)
 
 
+@_defines("BiasAdd")
 def _bias_add(node: Node, x, b):
     axis = 1 if node.attrs.get("layout") == "NCHW" and np.ndim(x) > 2 else np.ndim(x) - 1
     shape = [1] * np.ndim(x)
@@ -186,6 +206,7 @@ def _bias_add(node: Node, x, b):
     return x + np.reshape(b, shape)
 
 
+@_defines("Quant")
 def _quant(node: Node, x):
     a = node.attrs
     scale = a["scales"] if a.get("scales") is not None else a["scale"]
@@ -193,6 +214,7 @@ def _quant(node: Node, x):
     return arith.quantize(x, scale, a["dtype"], axis, a.get("round_mode", "half_away_from_zero"))
 
 
+@_defines("Dequant")
 def _dequant(node: Node, q):
     a = node.attrs
     if a.get("scales") is not None:
@@ -211,6 +233,8 @@ def register_opaque_runner(framework: str, runner: Callable[[Node, Sequence[np.n
     _OPAQUE_RUNNERS[framework] = runner
 
 
+@_defines("Opaque")
+@_defines("Engine")
 def _unevaluable(node: Node, *inputs):
     if node.op == "Opaque":
         raise EvaluationError(f"node {node.name!r} is an Opaque {node.attrs.get('framework')} op "
@@ -218,49 +242,50 @@ def _unevaluable(node: Node, *inputs):
     raise EvaluationError(f"node {node.name!r}: op {node.op} cannot be run by the numpy evaluator")
 
 
-# the float definition of each IR op (ratelnn/ir/registry.py): elementwise ops take the input
-# arrays, the others the node and the input arrays
-_ELEMENTWISE: Dict[str, Callable[..., np.ndarray]] = {
-    "Identity": lambda x: x,
-    "MinMax": lambda x: x,
-    "Relu": lambda x: np.maximum(x, np.float32(0)),
-    "Relu6": lambda x: np.clip(x, np.float32(0), np.float32(6)),
-    "Sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
-    "Tanh": np.tanh,
-    "Softplus": lambda x: np.logaddexp(np.float32(0), x),
-    "Softsign": lambda x: x / (np.float32(1) + np.abs(x)),
-    "Exp": np.exp,
-    "Sqrt": np.sqrt,
-    "Rsqrt": lambda x: np.float32(1) / np.sqrt(x),
-    "Neg": np.negative,
-    "Square": np.square,
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-    "Maximum": np.maximum, "Minimum": np.minimum,
-}
+@_defines("PRelu")
+def _prelu_node(node: Node, x, alpha):
+    return _prelu(x, alpha)
 
-_OPS: Dict[str, Callable[..., np.ndarray]] = {
-    "Conv2D": _conv2d,
-    "MatMul": _matmul,
-    "MaxPool": _pool,
-    "AvgPool": _pool,
-    "BatchNorm": _batchnorm,
-    "Softmax": _softmax,
-    "Quant": _quant,
-    "Dequant": _dequant,
-    "Opaque": _unevaluable,
-    "Engine": _unevaluable,
-    "BiasAdd": _bias_add,
-    "PRelu": lambda n, x, alpha: _prelu(x, alpha),
-    "LeakyRelu": lambda n, x: np.where(x >= 0, x, x * np.asarray(n.attrs.get("alpha", 0.2), x.dtype)),
-    "Mean": lambda n, x: np.mean(x, axis=tuple(n.attrs["axes"]), keepdims=bool(n.attrs.get("keepdims"))),
-    "Concat": lambda n, *xs: np.concatenate(xs, axis=n.attrs["axis"]),
-    "Reshape": lambda n, x: np.reshape(x, tuple(n.attrs["shape"])),
-    "Squeeze": lambda n, x: np.squeeze(x, axis=tuple(n.attrs["axes"])),
-    "Flatten": lambda n, x: np.reshape(x, (x.shape[0], -1)),
-    "Transpose": lambda n, x: np.transpose(x, tuple(n.attrs["perm"])),
-    "Pad": lambda n, x: np.pad(x, [tuple(p) for p in n.attrs["pads"]],
-                               constant_values=np.asarray(n.attrs.get("value", 0), x.dtype)),
-}
+
+@_defines("LeakyRelu")
+def _leaky_relu(node: Node, x):
+    return np.where(x >= 0, x, x * np.asarray(node.attrs.get("alpha", 0.2), x.dtype))
+
+
+@_defines("Mean")
+def _mean(node: Node, x):
+    return np.mean(x, axis=tuple(node.attrs["axes"]), keepdims=bool(node.attrs.get("keepdims")))
+
+
+@_defines("Concat")
+def _concat(node: Node, *xs):
+    return np.concatenate(xs, axis=node.attrs["axis"])
+
+
+@_defines("Reshape")
+def _reshape(node: Node, x):
+    return np.reshape(x, tuple(node.attrs["shape"]))
+
+
+@_defines("Squeeze")
+def _squeeze(node: Node, x):
+    return np.squeeze(x, axis=tuple(node.attrs["axes"]))
+
+
+@_defines("Flatten")
+def _flatten(node: Node, x):
+    return np.reshape(x, (x.shape[0], -1))
+
+
+@_defines("Transpose")
+def _transpose(node: Node, x):
+    return np.transpose(x, tuple(node.attrs["perm"]))
+
+
+@_defines("Pad")
+def _pad(node: Node, x):
+    value = np.asarray(node.attrs.get("value", 0), x.dtype)
+    return np.pad(x, [tuple(p) for p in node.attrs["pads"]], constant_values=value)
 
 
 def evaluate_node(node: Node, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
@@ -269,10 +294,11 @@ def evaluate_node(node: Node, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     if runner is not None:
         return list(runner(node, inputs))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        if node.op in _ELEMENTWISE:
-            out = _ELEMENTWISE[node.op](*inputs)
-        elif node.op in _OPS:
-            out = _OPS[node.op](node, *inputs)
+        fn = registry.float_fn(node.op)
+        if fn is not None:
+            out = fn(*inputs)
+        elif node.op in _NODE_FNS:
+            out = _NODE_FNS[node.op](node, *inputs)
         else:
             raise EvaluationError(f"node {node.name!r}: {registry.unknown_op_message(node.op)}")
     out = np.asarray(out)

@@ -7,16 +7,14 @@ produces a graph output is fused away, the fused node takes over that output's n
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import AbstractSet, List, Optional, Tuple
 
 import numpy as np
 
+from . import registry
 from .evaluate import evaluate_node
 from .graph import Graph, Node
 
-# ops that must survive constant folding: they carry quantization or framework semantics
-_NOT_FOLDABLE = {"Opaque", "Engine", "MinMax", "Quant", "Dequant"}
-_ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu"}
 # graph.meta key: output tensor of a layer a BatchNorm was folded into -> (beta, |gamma|), the
 # per-channel mean and standard deviation of its pre-activation the BatchNorm was trained for
 # (analytic bias correction, docs/quantization.md "Accuracy passes")
@@ -59,7 +57,7 @@ def fold_constants(graph: Graph) -> None:
     """Replace every node whose inputs are all params by params holding its outputs."""
     kept = []
     for node in graph.nodes:
-        if node.op in _NOT_FOLDABLE or not node.inputs or not all(graph.is_param(t) for t in node.inputs):
+        if node.op in registry.NOT_FOLDABLE_OPS or not node.inputs or not all(graph.is_param(t) for t in node.inputs):
             kept.append(node)
             continue
         values = evaluate_node(node, [graph.params[t] for t in node.inputs])
@@ -113,7 +111,7 @@ def _foldable_producer(graph: Graph, tensor: str) -> Optional[Node]:
     """The Conv2D/MatMul producing ``tensor`` if its weights are a param, it has no fused
     activation, and ``tensor`` has exactly one reader and is not a graph output."""
     node = graph.producer(tensor)
-    if node is None or node.op not in ("Conv2D", "MatMul") or node.attrs.get("act", "none") != "none":
+    if node is None or not registry.is_weighted(node.op) or node.attrs.get("act", "none") != "none":
         return None
     if not graph.is_param(node.inputs[1]) or tensor in graph.outputs:
         return None
@@ -152,13 +150,13 @@ def set_weights_and_bias(graph: Graph, node: Node, w: Optional[np.ndarray], b: O
             node.inputs.append(name)
 
 
-def _absorb(graph: Graph, node: Node, ops: Tuple[str, ...]) -> bool:
+def _absorb(graph: Graph, node: Node, ops: AbstractSet[str]) -> bool:
     """Fold ``node`` (a per-channel affine op in ``ops``) into the Conv2D/MatMul that
     produces its data operand; True if it was folded."""
     if node.op not in ops or len(node.inputs) != 2:
         return False
     for data_pos in (0, 1):
-        if node.op in ("BiasAdd", "Sub") and data_pos == 1:
+        if data_pos == 1 and not registry.get(node.op).commutative:
             break  # BiasAdd's bias and Sub's subtrahend are the second operand
         data, const = node.inputs[data_pos], node.inputs[1 - data_pos]
         producer = _foldable_producer(graph, data)
@@ -171,9 +169,10 @@ def _absorb(graph: Graph, node: Node, ops: Tuple[str, ...]) -> bool:
         if vec is None:
             continue
         w, b = _weights_and_bias(graph, producer)
-        if node.op == "Mul":
+        affine = registry.get(node.op).affine
+        if affine == "mul":
             set_weights_and_bias(graph, producer, w * vec, b * vec)
-        elif node.op == "Sub":
+        elif affine == "sub":
             set_weights_and_bias(graph, producer, None, b - vec)
         else:
             set_weights_and_bias(graph, producer, None, b + vec)
@@ -183,7 +182,7 @@ def _absorb(graph: Graph, node: Node, ops: Tuple[str, ...]) -> bool:
     return False
 
 
-def _fold_affine(graph: Graph, ops: Tuple[str, ...]) -> None:
+def _fold_affine(graph: Graph, ops: AbstractSet[str]) -> None:
     """Fold affine ops in ``ops`` into convs/matmuls until none is left to fold.
     Only the visited node itself is ever removed, so iterating a snapshot is safe."""
     changed = True
@@ -200,7 +199,7 @@ def fold_batchnorm(graph: Graph) -> None:
     for node in [n for n in graph.nodes if n.op == "BatchNorm"]:
         if all(graph.is_param(t) for t in node.inputs[1:]):
             _batchnorm_to_mul_add(graph, node)
-    _fold_affine(graph, ("Mul", "Add", "Sub", "BiasAdd"))
+    _fold_affine(graph, registry.AFFINE_OPS)
 
 
 def _batchnorm_to_mul_add(graph: Graph, node: Node) -> None:
@@ -227,16 +226,16 @@ def _batchnorm_to_mul_add(graph: Graph, node: Node) -> None:
 def fuse_bias_activation(graph: Graph) -> None:
     """Fuse ``BiasAdd`` / ``Add`` of a per-channel param into the Conv2D/MatMul bias, then
     a following Relu/Relu6/LeakyRelu into its ``act`` attribute."""
-    _fold_affine(graph, ("BiasAdd", "Add"))
-    for node in [n for n in graph.nodes if n.op in _ACTIVATIONS]:
+    _fold_affine(graph, registry.BIAS_OPS)
+    for node in [n for n in graph.nodes if n.op in registry.FUSABLE_ACT_OPS]:
         producer = graph.producer(node.inputs[0])
-        if producer is None or producer.op not in ("Conv2D", "MatMul"):
+        if producer is None or not registry.is_weighted(producer.op):
             continue
         if producer.attrs.get("act", "none") != "none" or node.inputs[0] in graph.outputs:
             continue
         if len(graph.consumers(node.inputs[0])) != 1:
             continue
-        producer.attrs["act"] = _ACTIVATIONS[node.op]
+        producer.attrs["act"] = registry.fused_act(node.op)
         if node.op == "LeakyRelu":
             producer.attrs["act_alpha"] = float(node.attrs.get("alpha", 0.2))
         graph.remove_nodes([node])
@@ -265,14 +264,15 @@ def match_prelu(graph: Graph, node: Node) -> Optional[PReluPattern]:
 
     Every intermediate tensor must have this pattern as its only reader, and be neither a graph
     output nor a quantization point, so the nodes can be replaced by one op."""
-    if node.op not in ("Add", "Sub") or len(node.inputs) != 2 or len(node.outputs) != 1:
+    if node.op not in registry.ADDITIVE_OPS or len(node.inputs) != 2 or len(node.outputs) != 1:
         return None
-    orders = [(0, 1), (1, 0)] if node.op == "Add" else [(0, 1)]
+    op = registry.get(node.op)
+    orders = [(0, 1), (1, 0)] if op.commutative else [(0, 1)]
     for p_pos, m_pos in orders:
         found = _match_prelu_operands(graph, node.inputs[p_pos], node.inputs[m_pos])
         if found is not None:
             x, c, sign, inner = found
-            sign *= 1.0 if node.op == "Add" else -1.0
+            sign *= 1.0 if op.affine == "add" else -1.0
             if graph.shape(node.outputs[0]) != graph.shape(x):
                 return None   # alpha would broadcast x to a larger shape
             return PReluPattern(x, (np.float32(sign) * c).astype(np.float32), inner + [node])
@@ -328,7 +328,7 @@ def fuse_prelu(graph: Graph) -> None:
     ``act="prelu"`` (``act_alpha``: float32 slopes, one per output channel) of the
     Conv2D/MatMul producing ``x`` when nothing else reads ``x`` and the slopes are per
     channel; else a ``PRelu(x, alpha)`` node."""
-    for node in [n for n in graph.nodes if n.op in ("Add", "Sub")]:   # only ever ends a pattern
+    for node in [n for n in graph.nodes if n.op in registry.ADDITIVE_OPS]:   # only ever ends a pattern
         pattern = match_prelu(graph, node)
         if pattern is None or _fuse_prelu_into_producer(graph, pattern):
             continue
@@ -340,7 +340,7 @@ def fuse_prelu(graph: Graph) -> None:
 
 def _fuse_prelu_into_producer(graph: Graph, pattern: PReluPattern) -> bool:
     producer = graph.producer(pattern.x)
-    if (producer is None or producer.op not in ("Conv2D", "MatMul") or len(producer.outputs) != 1
+    if (producer is None or not registry.is_weighted(producer.op) or len(producer.outputs) != 1
             or producer.attrs.get("act", "none") != "none" or pattern.x in graph.outputs
             or pattern.x in graph.qparams):
         return False

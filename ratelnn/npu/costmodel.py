@@ -611,7 +611,7 @@ def layers_from_keras(model: Any, bits: int = 8) -> List[LayerCost]:
     ``live_bytes`` is from a liveness pass over the Keras graph.
     """
     elem = bits // 8
-    free = {"InputLayer", "Flatten", "Reshape", "Dropout", "ZeroPadding2D", "BatchNormalization", "ReLU"}
+    free = {"InputLayer", "Flatten", "Reshape", "Dropout", "ZeroPadding2D", "BatchNormalization", "ReLU"}  # not IR ops
 
     def size(tensor) -> int:
         return int(np.prod([d for d in tensor.shape[1:]]))
@@ -682,7 +682,7 @@ def _keras_layer_cost(layer: Any, in_elems: int, out_elems: int, elem: int, bits
         return LayerCost("pool", out_elems * ph * pw, **common)
     if cls in ("GlobalAveragePooling2D", "GlobalMaxPooling2D"):
         return LayerCost("pool", in_elems, **common)
-    if cls in ("Add", "Multiply", "Subtract", "Average", "Maximum", "Minimum"):
+    if cls in ("Add", "Multiply", "Subtract", "Average", "Maximum", "Minimum"):   # not IR ops: Keras classes
         return LayerCost("eltwise", out_elems * (len(layer.input) - 1), **common)
     if cls == "Concatenate":
         return LayerCost("concat", 0, **common)

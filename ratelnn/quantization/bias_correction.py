@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from ..ir import Graph, arith
+from ..ir import Graph, arith, registry
 from ..ir.passes import BN_STATS
 from .layerwalk import Layer, walk_layers
 
@@ -121,7 +121,7 @@ def correct_biases_analytic(graph: Graph, qgraph: Graph, config: Mapping[str, An
     floats = {n.name: n for n in graph.nodes}
     for q in qgraph.nodes:
         f = floats.get(q.name)
-        if (f is None or q.op not in ("Conv2D", "MatMul") or len(q.inputs) < 3
+        if (f is None or not registry.is_weighted(q.op) or len(q.inputs) < 3
                 or q.inputs[2] not in qgraph.params or qgraph.params[q.inputs[1]].dtype.kind != "i"):
             continue
         mean = input_mean(graph, f.inputs[0])

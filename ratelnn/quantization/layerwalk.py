@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 import numpy as np
 
 from ..errors import TimeLimitExceeded
-from ..ir import Graph, Node
+from ..ir import Graph, Node, registry
 from ..ir.evaluate import evaluate_node
 from .emit import emit_qdq
 
@@ -134,12 +134,12 @@ def walk_layers(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
     ``graph``) with integer weights, in graph order, on ``sample`` (input name -> [N, ...])."""
     qdq = emit_qdq(qgraph, config)
     producers = {t: n for n in qdq.nodes for t in n.outputs}
-    owners = {n.inputs[1]: n for n in qgraph.nodes if n.op in ("Conv2D", "MatMul") and len(n.inputs) > 1
+    owners = {n.inputs[1]: n for n in qgraph.nodes if registry.is_weighted(n.op) and len(n.inputs) > 1
               and n.inputs[1] in qgraph.params and qgraph.params[n.inputs[1]].dtype.kind == "i"}
     float_nodes = {n.name: n for n in graph.nodes}
 
     def owner(node: Node) -> Optional[Node]:
-        if node.op not in ("Conv2D", "MatMul") or len(node.inputs) < 2:
+        if not registry.is_weighted(node.op) or len(node.inputs) < 2:
             return None
         deq = producers.get(node.inputs[1])
         q = owners.get(deq.inputs[0]) if deq is not None and deq.op == "Dequant" else None

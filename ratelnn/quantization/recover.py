@@ -12,11 +12,10 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ..ir import Graph, GraphError, Node, QParams
+from ..ir import Graph, GraphError, Node, QParams, registry
 from ..ir.passes import fuse_prelu
 from .policy import is_scale_preserving
 
-_FUSABLE_ACTS = {"Relu": "relu", "Relu6": "relu6", "LeakyRelu": "leaky_relu"}
 
 
 def _qparams(dtype: str, attrs: Dict) -> QParams:
@@ -81,11 +80,11 @@ def _fuse_bias_and_activation(g: Graph) -> None:
     """Undo the framework export of a fused Conv2D/MatMul: ``BiasAdd`` of an int32 param
     and a following activation whose input is no quantization point fold back in."""
     for node in list(g.nodes):
-        if node.op not in ("BiasAdd",) + tuple(_FUSABLE_ACTS):
+        if node.op != "BiasAdd" and node.op not in registry.FUSABLE_ACT_OPS:
             continue
         x = node.inputs[0]
         producer = _single_producer(g, x)
-        if (producer is None or producer.op not in ("Conv2D", "MatMul") or x in g.qparams
+        if (producer is None or not registry.is_weighted(producer.op) or x in g.qparams
                 or x in g.outputs or len(g.consumers(x)) != 1 or producer.attrs.get("act", "none") != "none"):
             continue
         if node.op == "BiasAdd":
@@ -94,7 +93,7 @@ def _fuse_bias_and_activation(g: Graph) -> None:
                 continue
             producer.inputs.append(bias)
         else:
-            producer.attrs["act"] = _FUSABLE_ACTS[node.op]
+            producer.attrs["act"] = registry.fused_act(node.op)
             if node.op == "LeakyRelu":
                 producer.attrs["act_alpha"] = float(node.attrs.get("alpha", 0.2))
         g.remove_nodes([node])
@@ -123,7 +122,7 @@ def strip_qdq(graph: Graph) -> Graph:
     _strip_pairs(g)
     _fuse_bias_and_activation(g)
     fuse_prelu(g)   # the exporters write act="prelu" and PRelu as elementwise ops
-    left = [n.name for n in g.nodes if n.op in ("Quant", "Dequant")]
+    left = [n.name for n in g.nodes if n.op in registry.QDQ_OPS]
     if left:
         raise GraphError(f"strip_qdq: Quant/Dequant nodes {left} are not part of a Quant->Dequant pair or "
                          "of a Dequant of an integer constant; the model is not a quantized model made by to_quant")

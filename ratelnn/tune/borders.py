@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+from ..ir import registry
 from ..quantization.policy import activation_inputs, is_scale_preserving, make_plan
 from .results import Point
 
 # float ops whose result is sensitive to small absolute errors of their input over a wide
-# dynamic range (the borders step): IR op names and the framework types of Opaque nodes,
-# lower case
-SENSITIVE_OPS = frozenset((
-    "div", "sqrt", "rsqrt", "exp",                                      # IR ops kept float
-    "log", "log1p", "log2", "log10", "exp2", "expm1", "pow", "power", "_power", "broadcast_power",
-    "_power_scalar", "_rpower_scalar", "reciprocal", "inv", "realdiv", "truediv", "divnonan",
-    "div_no_nan", "xlogy", "xdivy", "floordiv", "_rdiv_scalar", "_div_scalar", "broadcast_div",
-    "elemwise_div"))
+# dynamic range (the borders step): the registry's sensitive ops in all their spellings and the
+# framework types of Opaque nodes, lower case
+SENSITIVE_OPS = registry.SENSITIVE_OP_TYPES
 
 
 def sensitive(node) -> bool:

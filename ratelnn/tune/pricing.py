@@ -7,7 +7,7 @@ from typing import Any, Collection, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..compiler import compile_graph, engine_sets
-from ..ir import Graph
+from ..ir import Graph, registry
 from ..npu.costmodel import Profile
 from ..npu.costs import profile_engines
 from ..npu.engine import Engine
@@ -43,7 +43,7 @@ def node_macs(graph: Graph, node) -> float:
     """Multiply-adds (or element operations) of one float inference of ``node``."""
     shape = [d for d in (graph.tensors[node.outputs[0]].shape if node.outputs[0] in graph.tensors else [])]
     out = float(np.prod([d for d in shape[1:] if d])) if shape else 0.0
-    if node.op in ("Conv2D", "MatMul") and len(node.inputs) > 1 and graph.is_param(node.inputs[1]):
+    if registry.is_weighted(node.op) and len(node.inputs) > 1 and graph.is_param(node.inputs[1]):
         w = np.asarray(graph.params[node.inputs[1]])
         channels = [c for c in (shape[-1] if shape else None, shape[1] if len(shape) > 1 else None) if c]
         out_ch = next((d for d in (w.shape[-1], w.shape[0]) if d in channels), w.shape[-1])

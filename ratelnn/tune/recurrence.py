@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
+from ..ir import registry
 from ..quantization.policy import activation_inputs, is_scale_preserving, make_plan
 
 # quantized elementwise ops in a row (nothing weighted between them) that make a recurrence:
 # an unrolled LSTM's cell state c_t = f * c_{t-1} + i * g is a chain of 2 per step, and its
 # rounding errors add up along it (TFLite keeps the cell state 16-bit for that reason)
-CHAIN_OPS = frozenset(("Add", "Sub", "Mul"))
+CHAIN_OPS = registry.QUANTIZED_BINARY_OPS
 MIN_CHAIN = 8
 
 

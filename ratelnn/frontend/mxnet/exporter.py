@@ -12,7 +12,7 @@ registry entry (ratelnn/ir/registry.py); one with attributes has its function in
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -286,7 +286,7 @@ def _generic(op: registry.OpDef) -> Callable:
 
 
 # IR op -> exporter: the ops with attributes or operands to convert here, the others generic
-_EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
+_EXPORTERS: Mapping[str, Callable[[_Exporter, Node, str], None]] = registry.exporter_table("mx", {
     "Conv2D": _conv2d, "MatMul": _matmul, "MaxPool": _pool, "AvgPool": _pool, "BiasAdd": _bias_add,
     "Relu6": _one_input("clip", lambda ex, n: {"a_min": "0.0", "a_max": "6.0"}),
     "LeakyRelu": _one_input("LeakyReLU", lambda ex, n: {"act_type": "leaky",
@@ -301,8 +301,7 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
     "Squeeze": _one_input("squeeze", lambda ex, n: {"axis": tuple_str(n.attrs["axes"])}),
     "Pad": _pad, "BatchNorm": _batchnorm, "Opaque": _opaque, "PRelu": _standalone_prelu,
     **{op: _custom for op in CUSTOM_OPS},
-}
-_EXPORTERS.update({op.name: _generic(op) for op in registry.OPS if op.mx and op.name not in _EXPORTERS})
+}, _generic)
 
 
 # ---------------------------------------------------------------- entry points

@@ -489,18 +489,21 @@ def _reshape_target(imp: _Importer, n: _MXNode) -> Tuple[int, ...]:
     return out
 
 
+def _reshape(imp, n) -> List[Node]:
+    return [Node(n.name, "Reshape", n.inputs[:1], [n.name], {"shape": _reshape_target(imp, n)})]
+
+
 # MXNet op -> translator: the ops with attributes or operands to convert here, the others
 # (one IR op, same inputs) from the registry
 _TRANSLATORS: Dict[str, Translator] = registry.frontend_table("mx", {
     "Convolution": _conv, "FullyConnected": _fully_connected, "BatchNorm": _batchnorm,
     "Activation": _activation, "LeakyReLU": _leaky_relu, "Pooling": _pooling, "Concat": _concat,
     "concat": _concat, "add_n": _add_n, "ElementWiseSum": _add_n, "clip": _clip,
-    "Reshape": lambda imp, n: [Node(n.name, "Reshape", n.inputs[:1], [n.name], {"shape": _reshape_target(imp, n)})],
+    "Reshape": _reshape, "reshape": _reshape,
     "softmax": _softmax, "SoftmaxOutput": _softmax_output, "SoftmaxActivation": _softmax_activation,
     "Pad": _pad, "pad": _pad, "mean": _mean, "transpose": _transpose, "squeeze": _squeeze,
     **{op: _custom for op in IR_OF_CUSTOM_OP},
 }, _generic)
-_TRANSLATORS["reshape"] = _TRANSLATORS["Reshape"]
 
 
 def _translate(imp: _Importer, index: int, used: Dict[int, int]) -> None:

@@ -9,7 +9,7 @@ its registry entry (ratelnn/ir/registry.py); one with attributes has its functio
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Mapping, Sequence
 
 import numpy as np
 
@@ -353,7 +353,7 @@ def _engine(ex: _Exporter, node: Node, out_name: str) -> None:
 
 # IR op -> exporter: the ops with attributes or operands to convert here; the others are one
 # node of the op's TensorFlow spelling (ratelnn/ir/registry.py) with the same inputs
-_EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
+_EXPORTERS: Mapping[str, Callable[[_Exporter, Node, str], None]] = registry.exporter_table("tf", {
     "Conv2D": _conv2d, "MatMul": _matmul, "MaxPool": _pool, "AvgPool": _pool,
     "BiasAdd": lambda ex, n, o: ex.add(o, "BiasAdd", [ex.ref(t) for t in n.inputs], T=ex.dtype_of(n.inputs[0]),
                                        data_format=n.attrs.get("layout", "NHWC")),
@@ -368,8 +368,7 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node, str], None]] = {
     "Squeeze": lambda ex, n, o: ex.add(o, "Squeeze", [ex.ref(n.inputs[0])], T=ex.dtype_of(n.inputs[0]),
                                        squeeze_dims=list(n.attrs["axes"])),
     "Opaque": _opaque, "MinMax": _minmax, "Quant": _quant, "Dequant": _dequant, "Engine": _engine,
-}
-_EXPORTERS.update({op.name: _simple(op.tf[0]) for op in registry.OPS if op.tf and op.name not in _EXPORTERS})
+}, lambda op: _simple(op.tf[0]))
 
 
 # ---------------------------------------------------------------- entry point
