@@ -675,16 +675,18 @@ class Validator {
     int64_t n = qmax(x.dtype) - qmin(x.dtype) + 1;
     const_is(c, 0, {DType::kInt32}, {n}, "exp table");
     const ConstDesc& table = C(i.consts[0]);
+    int64_t table_max = 0;  // bounds every e_j, so the row sum is at most len * table_max
     for (int64_t k = 0; k < n; ++k) {
       int64_t v = table.at(k);
       need(v >= 0 && v <= (int64_t(1) << 30), c, "exp table values must be in [0, 2^30]");
+      table_max = std::max(table_max, v);
     }
     need(table.at(0) >= 1, c, "exp table entry 0 must be positive");
     attr_len(c, i.attrs.multipliers, 1, "multipliers"); attr_len(c, i.attrs.shifts, 1, "shifts");
     int64_t len = x.shape.back();
-    requant_ok(c, i.attrs.multipliers[0], i.attrs.shifts[0], u128(1) << 30);
-    need((u128(len) << (30 + i.attrs.shifts[0])) <= u128(kMaxProduct), c,
-         "row length times 2^30 times 2^shift exceeds 2^62");
+    requant_ok(c, i.attrs.multipliers[0], i.attrs.shifts[0], u128(table_max));
+    need((u128(len) * u128(table_max) << i.attrs.shifts[0]) <= u128(kMaxProduct), c,
+         "row length times the largest exp table value times 2^shift exceeds 2^62");
     clamp_bounds(c, y.dtype);
   }
 };

@@ -336,6 +336,40 @@ def test_softmax(data):
     assert_close_codes(y, real, sy, ydt, tol=1 if ydt != "int16" else 2)
 
 
+def softmax_engine_and_input(data, batch, classes, out_scale):
+    """A SOFTMAX engine over ``classes`` at ``out_scale`` and a batch of confident rows (one
+    logit far above the rest, as a trained classifier's head gives) mixed with random ones."""
+    xdt, ydt = data.draw(ACT), data.draw(ACT)
+    sx = scale(data, -6, -2)
+    table, m, s = make_softmax_table(xdt, sx, out_scale, classes)
+    x = rand_codes(data, (batch, classes), xdt)
+    lo, hi = qrange(xdt)
+    rows = np.arange(batch)
+    confident = rows[rows % 2 == 0]
+    x[confident] = np.clip(x[confident].astype(np.int64), lo, hi // 4).astype(xdt)
+    x[confident, data.draw(st.integers(0, classes - 1))] = hi
+    b = EngineBuilder("softmax_head", batch)
+    tx, ty = b.tensor("x", (batch, classes), xdt, sx), b.tensor("y", (batch, classes), ydt, out_scale)
+    b.add("SOFTMAX", [tx], [ty], [b.const("exp", table)], multipliers=[m], shifts=[s])
+    b.set_io([tx], [ty])
+    return b, x, sx, ydt
+
+
+@SETTINGS
+@given(data=st.data(), batch=st.sampled_from([1, 8]), classes=st.integers(10, 10_000),
+       out_bits=st.integers(4, 12))
+def test_softmax_wide_rows_and_coarse_output_scales(data, batch, classes, out_bits):
+    """Classifier heads of 10 to 10,000 classes with output scales 2^-4 .. 2^-12 build (the
+    table's shift respects the engine validator's bound), run bit-identically on both
+    executors and stay within a code or two of the float softmax."""
+    b, x, sx, ydt = softmax_engine_and_input(data, batch, classes, 2.0 ** -out_bits)
+    (y,) = run_both(b, [x])
+    xi = x.astype(np.int64)
+    real = np.exp((xi - xi.max(axis=-1, keepdims=True)) * sx)
+    real = real / real.sum(axis=-1, keepdims=True)
+    assert_close_codes(y, real, 2.0 ** -out_bits, ydt, tol=1 if ydt != "int16" else 2)
+
+
 def conv_chain(batch):
     """x -> CONV2D(3x3, relu) -> AVG_POOL -> MEAN, built for ``batch``."""
     rng = np.random.default_rng(1)
