@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import ModelError
 
-FRAMEWORKS = ("tensorflow", "mxnet")
+FRAMEWORKS = ("tensorflow", "mxnet", "onnx")
 CACHE_SIZE = 4
 
 
@@ -143,7 +143,12 @@ class MXRunner:
         self.executors.clear()
 
 
-_RUNNER_CLASSES = {"tensorflow": TFRunner, "mxnet": MXRunner}
+def _onnx_runner(model: Any):
+    from .frontend.onnx.runtime import ONNXRunner
+    return ONNXRunner(model)
+
+
+_RUNNER_CLASSES = {"tensorflow": TFRunner, "mxnet": MXRunner, "onnx": _onnx_runner}
 _cache: "collections.OrderedDict[int, Tuple[Any, Any]]" = collections.OrderedDict()
 
 
