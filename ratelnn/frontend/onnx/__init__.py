@@ -16,7 +16,7 @@ from .exporter import export_model
 from .handler import ONNXModelHandler
 from .importer import import_model
 from .model_io import load_model, save_model
-from .runtime import onnx_session
+from .session import onnx_session
 
 
 def converter(model: Any, config: Mapping[str, Any], device_info: Optional[Dict[int, Any]] = None) -> ConvertImpl:

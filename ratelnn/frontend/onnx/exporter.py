@@ -33,6 +33,8 @@ class _Exporter:
         self.initializers: Dict[str, np.ndarray] = {}
         self.names = NameAllocator(reserved=set(graph.tensors) | {n.name for n in graph.nodes})
         self.converted: Dict[Tuple[str, str], str] = {}
+        # a compiled graph: Quant keeps the IR's rounding (RatelQuant), not QuantizeLinear's
+        self.exact_quant = any(n.op == "Engine" for n in graph.nodes)
 
     def fresh(self, base: str) -> str:
         return self.names.fresh(base)
@@ -175,8 +177,10 @@ def _pad(ex: _Exporter, node: Node) -> None:
                    ex.const(f"{node.outputs[0]}/value", value)], node.outputs, mode="constant")
 
 
-def _zero_point(ex: _Exporter, base: str, dtype: str) -> str:
-    return ex.const(f"{base}/zero_point", np.zeros((), dtype))
+def _zero_point(ex: _Exporter, base: str, dtype: str, attrs: Dict[str, Any]) -> str:
+    """Zeros of the integer type, one per scale (per-axis quantization needs the same shape)."""
+    shape = (len(attrs["scales"]),) if attrs.get("scales") is not None else ()
+    return ex.const(f"{base}/zero_point", np.zeros(shape, dtype))
 
 
 def _scale_operand(ex: _Exporter, base: str, attrs: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
@@ -187,12 +191,19 @@ def _scale_operand(ex: _Exporter, base: str, attrs: Dict[str, Any]) -> Tuple[str
 
 def _dequantize(ex: _Exporter, codes: str, out: str, attrs: Dict[str, Any], dtype: str) -> str:
     scale, extra = _scale_operand(ex, out, attrs)
-    return ex.add("DequantizeLinear", [codes, scale, _zero_point(ex, out, dtype)], [out], **extra)
+    return ex.add("DequantizeLinear", [codes, scale, _zero_point(ex, out, dtype, attrs)], [out], **extra)
 
 
 def _quant(ex: _Exporter, node: Node) -> None:
+    if ex.exact_quant and node.attrs.get("round_mode", "half_to_even") != "half_to_even":
+        a = node.attrs   # QuantizeLinear rounds half to even: the engines' inputs need the IR's rounding
+        extra = {"scales": [float(s) for s in a["scales"]], "axis": int(a["axis"])} if a.get("scales") is not None \
+            else {"scale": float(a["scale"])}
+        ex.add("RatelQuant", node.inputs, node.outputs, domain=DOMAIN, dtype=str(a["dtype"]),
+               round_mode=str(a["round_mode"]), **extra)
+        return
     scale, extra = _scale_operand(ex, node.outputs[0], node.attrs)
-    ex.add("QuantizeLinear", [node.inputs[0], scale, _zero_point(ex, node.outputs[0], node.attrs["dtype"])],
+    ex.add("QuantizeLinear", [node.inputs[0], scale, _zero_point(ex, node.outputs[0], node.attrs["dtype"], node.attrs)],
            node.outputs, **extra)
 
 

@@ -77,7 +77,8 @@ class ONNXRunner:
                     raise ModelError(f"the ONNX model has no tensor {unknown[0]!r}")
                 for t in extra:
                     model.graph.output.add().name = t
-            self.sessions[extra] = onnx_session(model)
+            from .session import onnx_session as ratel_session
+            self.sessions[extra] = ratel_session(model)
         return self.sessions[extra]
 
     def run(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]) -> List[np.ndarray]:
