@@ -144,11 +144,20 @@ def _pool(ex: _Exporter, node: Node) -> None:
     _check_nchw(node)
     a = node.attrs
     top, bottom, left, right = a.get("pads", (0, 0, 0, 0))
+    x = node.inputs[0]
+    kh, kw = a["ksize"]
+    if node.op == "MaxPool" and (max(top, bottom) >= kh or max(left, right) >= kw):
+        # ONNX Runtime wants pads below the kernel: pad with -inf first (a pad never wins a max)
+        flat = np.asarray([0, 0, top, left, 0, 0, bottom, right], np.int64)
+        x = ex.add("Pad", [x, ex.const(f"{node.outputs[0]}/pads", flat),
+                           ex.const(f"{node.outputs[0]}/value", np.float32(-np.inf))],
+                   [ex.fresh(f"{node.outputs[0]}/padded")], mode="constant")
+        top = bottom = left = right = 0
     attrs = dict(kernel_shape=list(a["ksize"]), strides=list(a.get("strides", (1, 1))),
                  pads=[top, left, bottom, right])
     if node.op == "AvgPool":
         attrs["count_include_pad"] = int(bool(a.get("count_include_pad", False)))
-    ex.add("MaxPool" if node.op == "MaxPool" else "AveragePool", node.inputs[:1], node.outputs, **attrs)
+    ex.add("MaxPool" if node.op == "MaxPool" else "AveragePool", [x], node.outputs, **attrs)
 
 
 def _axes_operand(ex: _Exporter, node: Node, op: str, axes: Sequence[int], since: int, **attrs: Any) -> None:

@@ -510,6 +510,9 @@ def import_model(model: Any, input_nodes: Sequence[str], output_nodes: Sequence[
                              f"{_close(name, [o.name for o in g.output] + [t for n in g.node for t in n.output])}")
     order = _reachable(list(g.node), output_nodes, input_nodes)
     nodes = [_ONNXNode(g.node[i]) for i in order if g.node[i].op_type != "Constant"]
+    for n in nodes:   # before shape inference, which would fail on them less clearly
+        if not (n.domain == DOMAIN and n.op in CUSTOM_OPS) and n.domain not in ("", "ai.onnx"):
+            _opaque_allowed(n)
     read = {t for n in nodes for t in n.inputs if t}
     missing = sorted(t for t in read if t not in produced)
     if missing:

@@ -30,7 +30,12 @@ def _serialized(model: Any) -> bytes:
     raise ModelError(f"an ONNX model must be an onnx.ModelProto, got {type(model).__name__}")
 
 
-def uses_custom_ops(model: Any) -> bool:
+def uses_custom_ops_of(source: Any) -> bool:
+    """Whether the serialized model ``source`` holds nodes of the domain ``ratelnn``."""
+    if not isinstance(source, bytes):
+        return False
+    model = import_onnx().ModelProto()
+    model.ParseFromString(source)
     return any(n.domain == DOMAIN for n in model.graph.node)
 
 
@@ -46,7 +51,7 @@ def onnx_session(model: Any, options: Any = None, intra_op_threads: int = 0):
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as e:
         text = str(e)
-        if DOMAIN in text and ("RatelEngineOp" in text or "RatelMinMax" in text):
+        if f"{DOMAIN}:Ratel" in text or uses_custom_ops_of(source):
             raise ModelError(f"the model holds ratelnn custom ops (domain {DOMAIN!r}) that this ONNX Runtime "
                              f"session has not registered: create it with ratelnn.onnx_session(model). {text}") from e
         raise ModelError(f"ONNX Runtime cannot load the model: {text}") from e
