@@ -143,12 +143,13 @@ class MXRunner:
         self.executors.clear()
 
 
-def _onnx_runner(model: Any):
-    from .frontend.onnx.runtime import ONNXRunner
-    return ONNXRunner(model)
+_RUNNER_CLASSES = {"tensorflow": TFRunner, "mxnet": MXRunner}
 
 
-_RUNNER_CLASSES = {"tensorflow": TFRunner, "mxnet": MXRunner, "onnx": _onnx_runner}
+def register_runner(framework: str, runner_class: Any) -> None:
+    """Let :func:`runner_for` run ``framework``'s models with ``runner_class(model)`` (the
+    ONNX frontend registers its ONNX Runtime runner when imported)."""
+    _RUNNER_CLASSES[framework] = runner_class
 _cache: "collections.OrderedDict[int, Tuple[Any, Any]]" = collections.OrderedDict()
 
 

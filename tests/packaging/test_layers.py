@@ -34,7 +34,7 @@ LAYERS = [
     ("joint", ["ratelnn.joint"]),
     ("entry points", ["ratelnn.cli", "ratelnn.__main__", "ratelnn.testing"]),
 ]
-FACADES = {"ratelnn", "ratelnn.frontend.tensorflow", "ratelnn.frontend.mxnet"}
+FACADES = {"ratelnn", "ratelnn.frontend.tensorflow", "ratelnn.frontend.mxnet", "ratelnn.frontend.onnx"}
 # Names kept for scripts written against earlier releases, forwarded lazily (PEP 562) to
 # where the code lives now; (importer, target) pairs exempt from the direction rule.
 COMPATIBILITY = {("ratelnn.npu", "ratelnn.profile")}  # ratelnn.npu.profile(), the 0.1 name

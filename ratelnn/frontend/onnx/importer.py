@@ -188,7 +188,8 @@ def _gemm(imp: _Importer, n: _ONNXNode):
         out_cols = imp.shape(n.name)[1]
         if c is None or c.size not in (1, out_cols) or (c.ndim == 2 and c.shape[0] != 1):
             return None
-        bias = [imp.new_param(f"{n.inputs[2]}/ir", (beta * np.broadcast_to(c.reshape(-1), (out_cols,))).astype(c.dtype))]
+        full = beta * np.broadcast_to(c.reshape(-1), (out_cols,))
+        bias = [imp.new_param(f"{n.inputs[2]}/ir", full.astype(c.dtype))]
     return nodes + [Node(n.name, "MatMul", [n.inputs[0], weight] + bias, [n.name],
                          {"transpose_a": bool(n.attr("transA", 0)), "transpose_b": False,
                           "act": "none", "act_alpha": 0.0})]
@@ -571,7 +572,8 @@ def _translate(imp: _Importer, n: _ONNXNode) -> None:
                 imp.graph.add_param(t, imp.consts[t])
         infos = [imp.graph.tensors.get(t) or imp.infos.get(t) for t in node.outputs]
         if any(i is None for i in infos):
-            raise ModelError(f"{n.label()}: no static shape for {[t for t, i in zip(node.outputs, infos) if i is None]}")
+            unknown = [t for t, i in zip(node.outputs, infos) if i is None]
+            raise ModelError(f"{n.label()}: no static shape for {unknown}")
         if node.op == "Quant":
             infos = [TensorInfo(infos[0].shape, node.attrs["dtype"])]
         imp.graph.add_node(node, infos)

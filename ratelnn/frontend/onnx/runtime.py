@@ -1,6 +1,5 @@
-"""ONNX Runtime, the framework of the ONNX frontend: sessions, the runner of
-:func:`ratelnn.runners.run_model`, the Opaque-node runner of the numpy evaluator and the
-shape probe of the importer."""
+"""ONNX Runtime, the framework of the ONNX frontend: plain sessions, the Opaque-node
+runner of the numpy evaluator and the shape probe of the importer."""
 from __future__ import annotations
 
 import os
@@ -57,47 +56,6 @@ def onnx_session(model: Any, options: Any = None, intra_op_threads: int = 0):
         raise ModelError(f"ONNX Runtime cannot load the model: {text}") from e
 
 
-class ONNXRunner:
-    """An ONNX model in one ONNX Runtime session; ``run`` feeds by input name and fetches
-    tensor names (graph outputs, or any intermediate tensor, which it adds as an output)."""
-
-    def __init__(self, model: Any) -> None:
-        onnx = import_onnx()
-        if not isinstance(model, onnx.ModelProto):
-            raise ModelError(f"an ONNX model must be an onnx.ModelProto, got {type(model).__name__}")
-        self.model = model
-        self.sessions: Dict[tuple, Any] = {}
-
-    def _session(self, fetches: Sequence[str]):
-        outputs = {o.name for o in self.model.graph.output}
-        extra = tuple(sorted(set(fetches) - outputs))
-        if extra not in self.sessions:
-            model = self.model
-            if extra:
-                model = type(self.model)()
-                model.CopyFrom(self.model)
-                known = {t for n in model.graph.node for t in n.output}
-                unknown = [t for t in extra if t not in known]
-                if unknown:
-                    raise ModelError(f"the ONNX model has no tensor {unknown[0]!r}")
-                for t in extra:
-                    model.graph.output.add().name = t
-            from .session import onnx_session as ratel_session
-            self.sessions[extra] = ratel_session(model)
-        return self.sessions[extra]
-
-    def run(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]) -> List[np.ndarray]:
-        session = self._session(fetches)
-        inputs = {i.name for i in session.get_inputs()}
-        unknown = [k for k in feeds if k not in inputs]
-        if unknown:
-            raise ModelError(f"the ONNX model has no input {unknown[0]!r}; inputs: {sorted(inputs)}")
-        return list(session.run(list(fetches), dict(feeds)))
-
-    def close(self) -> None:
-        self.sessions.clear()
-
-
 def _single_node_model(proto: Any, inputs: Sequence[np.ndarray], opset: int = 0):
     onnx = import_onnx()
     from .model_io import max_opset
@@ -127,7 +85,8 @@ def run_opaque(node: Node, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     return list(session.run(fetch, {f"in{k}": v for k, v in enumerate(arrays)}))
 
 
-def probe_shapes(model: Any, input_shapes: Mapping[str, Sequence[int]], tensors: Sequence[str]) -> Dict[str, TensorInfo]:
+def probe_shapes(model: Any, input_shapes: Mapping[str, Sequence[int]],
+                 tensors: Sequence[str]) -> Dict[str, TensorInfo]:
     """Shapes and dtypes of ``tensors`` from one ONNX Runtime run of ``model`` on zeros at
     ``input_shapes``; ModelError when ONNX Runtime cannot run it."""
     onnx = import_onnx()

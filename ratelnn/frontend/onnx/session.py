@@ -28,6 +28,7 @@ import numpy as np
 from ...errors import ModelError
 from ...ir import Node
 from .model_io import DOMAIN, import_onnx
+from ...runners import register_runner
 from .runtime import onnx_session as _ort_session
 
 _ERR_LEN = 1024
@@ -243,3 +244,46 @@ def onnx_session(model: Any, intra_op_threads: int = 0):
     if any(n.domain == DOMAIN for n in model.graph.node):
         return RatelSession(model, intra_op_threads)
     return _ort_session(model, intra_op_threads=intra_op_threads)
+
+
+class ONNXRunner:
+    """An ONNX model in one ONNX Runtime session; ``run`` feeds by input name and fetches
+    tensor names (graph outputs, or any intermediate tensor, which it adds as an output)."""
+
+    def __init__(self, model: Any) -> None:
+        onnx = import_onnx()
+        if not isinstance(model, onnx.ModelProto):
+            raise ModelError(f"an ONNX model must be an onnx.ModelProto, got {type(model).__name__}")
+        self.model = model
+        self.sessions: Dict[tuple, Any] = {}
+
+    def _session(self, fetches: Sequence[str]):
+        outputs = {o.name for o in self.model.graph.output}
+        extra = tuple(sorted(set(fetches) - outputs))
+        if extra not in self.sessions:
+            model = self.model
+            if extra:
+                model = type(self.model)()
+                model.CopyFrom(self.model)
+                known = {t for n in model.graph.node for t in n.output}
+                unknown = [t for t in extra if t not in known]
+                if unknown:
+                    raise ModelError(f"the ONNX model has no tensor {unknown[0]!r}")
+                for t in extra:
+                    model.graph.output.add().name = t
+            self.sessions[extra] = onnx_session(model)
+        return self.sessions[extra]
+
+    def run(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]) -> List[np.ndarray]:
+        session = self._session(fetches)
+        inputs = {i.name for i in session.get_inputs()}
+        unknown = [k for k in feeds if k not in inputs]
+        if unknown:
+            raise ModelError(f"the ONNX model has no input {unknown[0]!r}; inputs: {sorted(inputs)}")
+        return list(session.run(list(fetches), dict(feeds)))
+
+    def close(self) -> None:
+        self.sessions.clear()
+
+
+register_runner("onnx", ONNXRunner)
