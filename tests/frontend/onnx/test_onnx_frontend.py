@@ -196,3 +196,23 @@ def test_external_data(tmp_path):
 def test_unknown_input_name_is_refused():
     with pytest.raises(ModelError, match="'images'"):
         import_model(CASES["Relu"], ["images"], ["y"], [X_SHAPE])
+
+
+def test_float_fallback_between_two_engines(tmp_path):
+    from ratelnn.compiler import compile_graph
+    from ratelnn.compiler.run import run_compiled
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Cos", ["r1"], ["k"]),
+             helper.make_node("Conv", ["k", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["y"])]
+    model = _model(nodes, {"w1": _w(4, 3, 3, 3), "w2": _w(4, 4, 3, 3)}, ["N", 4, 8, 8], in_shape=("N", 3, 8, 8),
+                   opset=13)
+    conv = converter(model, {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[2, 3, 8, 8]],
+                             "output_dir": str(tmp_path)})
+    data = RNG.normal(size=(6, 3, 8, 8)).astype(np.float32)
+    conv.calibrate(data, batch_size=2, progress=False)
+    npu = conv.to_npu()
+    kinds = [(n.domain, n.op_type) for n in npu.graph.node]
+    assert kinds.count(("ratelnn", "RatelEngineOp")) == 2 and ("", "Cos") in kinds
+    got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:5]})[0]
+    want = run_compiled(compile_graph(conv.quantized_ir(), conv.config, {}), {"x": data[:5]})["y"]
+    np.testing.assert_array_equal(got, want)
