@@ -216,3 +216,33 @@ def test_float_fallback_between_two_engines(tmp_path):
     got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:5]})[0]
     want = run_compiled(compile_graph(conv.quantized_ir(), conv.config, {}), {"x": data[:5]})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+def test_quantize_static_qdq_model_compiles_with_its_own_scales(tmp_path):
+    """QuantONNX: a QDQ model from ONNX Runtime's quantize_static (symmetric int8) given to
+    to_npu(); the compiled model computes what the QDQ model computes."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    model, data = _cnn(), RNG.normal(size=(32, 3, 16, 16)).astype(np.float32)
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": data[i:i + 4]} for i in range(0, 32, 4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    src, dst = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, str(src))
+    quantization.quantize_static(str(src), str(dst), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=True, activation_type=quantization.QuantType.QInt8,
+                                 weight_type=quantization.QuantType.QInt8,
+                                 extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    qdq = onnx.load(str(dst))
+    conv = converter(model, {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[4, 3, 16, 16]],
+                             "output_dir": str(tmp_path / "out")})
+    npu = conv.to_npu(qdq)
+    assert "RatelEngineOp" in {n.op_type for n in npu.graph.node}
+    got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:8]})[0]
+    want = _run(qdq, data[:8])
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() <= 0.02 * scale
