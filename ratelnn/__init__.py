@@ -14,5 +14,12 @@ from . import npu, profile
 npu.profile = profile.profile
 
 __all__ = ["QuantConfig", "ConvertImpl", "JointConvertImpl", "tf_init", "mx_init",
-           "ops_library_path"]
+           "ops_library_path", "onnx_session"]
+
+
+def onnx_session(model, intra_op_threads: int = 0):
+    """An ONNX Runtime session running ``model`` with ratelnn's custom ops (domain
+    ``ratelnn``: calibration and compiled models; ratelnn/frontend/onnx/session.py)."""
+    from .frontend.onnx.session import onnx_session as make
+    return make(model, intra_op_threads)
 __version__ = "0.1.0"

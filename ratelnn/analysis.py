@@ -501,7 +501,7 @@ def _channel_axis(conv, tensor: str) -> int:
     producer = conv.graph.producer(tensor)
     layout = producer.attrs.get("layout") if producer is not None else None
     if layout is None:
-        layout = "NCHW" if conv.handler.framework == "mxnet" else "NHWC"
+        layout = "NCHW" if conv.handler.framework in ("mxnet", "onnx") else "NHWC"
     return 1 if layout == "NCHW" else -1
 
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .config_forms import ConfigError, resolve
 
-FRONTENDS = ("tensorflow", "mxnet")
+FRONTENDS = ("tensorflow", "mxnet", "onnx")
 ALGORITHMS = ("naive", "kld", "naive_kld_mix", "percentile", "mse")
 DATA_TYPES = ("int8", "uint8", "int16", "fp32")
 MAX_COMPILED_BATCH = 4096   # largest batch an engine set is compiled for (docs/multi-batch.md)

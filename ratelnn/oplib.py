@@ -22,7 +22,7 @@ from .errors import CalibrationError
 from .frameworks import import_tensorflow, package_dir
 from .mxnet_compat import import_mxnet
 
-FRAMEWORKS = ("tensorflow", "mxnet")
+FRAMEWORKS = ("tensorflow", "mxnet", "onnxruntime")
 
 _lock = threading.Lock()
 _library_paths: Dict[str, str] = {}  # framework -> .so path, as built in this process
@@ -108,11 +108,19 @@ def mxnet_sources() -> List[str]:
     return [str(p) for p in glue] + [str(lib_api_cc)]
 
 
-_BUILDERS = {"tensorflow": _build_tensorflow_library, "mxnet": _build_mxnet_library}
+def _build_onnxruntime_library() -> str:
+    """ops/onnxruntime with the core: a plain C API library (ctypes), no framework header."""
+    glue = sorted((OPS_DIR / "onnxruntime").glob("*.cc"))
+    return str(build_library("ratelnn_ort", glue, ["-DNDEBUG", "-D_GLIBCXX_USE_CXX11_ABI=1"], ["-pthread"],
+                             core_sources=core_sources()))
+
+
+_BUILDERS = {"tensorflow": _build_tensorflow_library, "mxnet": _build_mxnet_library,
+             "onnxruntime": _build_onnxruntime_library}
 
 
 def ops_library_path(framework: str = "tensorflow") -> str:
-    """Path of the op library for ``framework`` ("tensorflow" or "mxnet"), building it on
+    """Path of the op library for ``framework`` ("tensorflow", "mxnet" or "onnxruntime"), building it on
     first use (cached on disk across processes, and in memory within this process).
 
     Raises ValueError for an unknown framework and ``ratelnn._build.BuildError`` if
@@ -199,3 +207,22 @@ def forget_statistics(output_dir: "str | os.PathLike") -> bool:
     for lib in loaded_libraries():
         dropped |= bool(lib.ratelnn_stats_forget_dir(ctypes.c_char_p(path)))
     return dropped
+
+
+_ort_library = None
+
+
+def ort_init() -> ctypes.CDLL:
+    """Load the ONNX Runtime op library (building it if needed); idempotent.  Its entry
+    points serve ``ratelnn.onnx_session`` (ratelnn/frontend/onnx/session.py)."""
+    global _ort_library
+    path = ops_library_path("onnxruntime")
+    with _lock:
+        if _ort_library is None:
+            lib = ctypes.CDLL(path)
+            lib.ratelnn_ort_minmax_record.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
+                                                      ctypes.c_int64, ctypes.c_double, ctypes.c_char_p,
+                                                      ctypes.c_size_t]
+            lib.ratelnn_ort_minmax_record.restype = ctypes.c_int
+            _ort_library = lib
+        return _ort_library

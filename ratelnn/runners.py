@@ -25,7 +25,7 @@ import numpy as np
 from .errors import ModelError
 from .frameworks import import_tensorflow
 
-FRAMEWORKS = ("tensorflow", "mxnet")
+FRAMEWORKS = ("tensorflow", "mxnet", "onnx")
 CACHE_SIZE = 4
 
 
@@ -145,6 +145,12 @@ class MXRunner:
 
 
 _RUNNER_CLASSES = {"tensorflow": TFRunner, "mxnet": MXRunner}
+
+
+def register_runner(framework: str, runner_class: Any) -> None:
+    """Let :func:`runner_for` run ``framework``'s models with ``runner_class(model)`` (the
+    ONNX frontend registers its ONNX Runtime runner when imported)."""
+    _RUNNER_CLASSES[framework] = runner_class
 _cache: "collections.OrderedDict[int, Tuple[Any, Any]]" = collections.OrderedDict()
 
 

@@ -86,7 +86,7 @@ class ImagePreprocess:
     @classmethod
     def from_config(cls, spec: InputSpec, config: Mapping[str, Any], framework: str) -> "ImagePreprocess":
         config = for_input(config, spec.name)
-        layout = config.get("data_format") or ("NCHW" if framework == "mxnet" else "NHWC")
+        layout = config.get("data_format") or ("NCHW" if framework in ("mxnet", "onnx") else "NHWC")
         if layout not in ("NHWC", "NCHW"):
             raise DataError(f"config data_format must be 'NHWC' or 'NCHW', got {layout!r}")
         if len(spec.shape) != 4:
@@ -153,7 +153,7 @@ def _scaled_uint8(values: np.ndarray, spec: InputSpec, config: Mapping[str, Any]
     if v.dtype.kind not in "iu" and not np.array_equal(v, np.round(v)) or v.size and (v.min() < 0 or v.max() > 255):
         raise DataError(f"{label}: src_dtype uint8 but input {spec.name!r} holds values outside the "
                         "integers 0..255")
-    layout = config.get("data_format") or ("NCHW" if framework == "mxnet" else "NHWC")
+    layout = config.get("data_format") or ("NCHW" if framework in ("mxnet", "onnx") else "NHWC")
     channels = v.shape[1] if layout == "NCHW" and v.ndim == 4 else v.shape[-1]
     mean = ImagePreprocess._per_channel("mean", config.get("mean"), channels)
     std = ImagePreprocess._per_channel("std", config.get("std"), channels)

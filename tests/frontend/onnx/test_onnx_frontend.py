@@ -1,0 +1,248 @@
+"""The ONNX frontend: every registry op through IR <-> ONNX, the three forms under ONNX
+Runtime at a free batch, the compiled model against the reference executor, bad input."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import ratelnn  # noqa: E402
+from ratelnn.errors import ModelError  # noqa: E402
+from ratelnn.frontend.onnx import converter, export_model, import_model  # noqa: E402
+
+RNG = np.random.default_rng(0)
+X_SHAPE = (2, 4, 6, 6)
+
+
+def _w(*shape, scale=0.3):
+    return (RNG.normal(size=shape) * scale).astype(np.float32)
+
+
+def _model(nodes, inits, out_dims=None, in_shape=("N",) + X_SHAPE[1:], opset=17, extra_inputs=()):
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))] + list(extra_inputs),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_dims)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _one(op, inputs=("x",), inits=None, **attrs):
+    return _model([helper.make_node(op, list(inputs), ["y"], **attrs)], inits or {})
+
+
+def _run(model, x):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+
+
+C = X_SHAPE[1]
+CASES = {
+    "Conv": _one("Conv", ("x", "w", "b"), {"w": _w(5, C, 3, 3), "b": _w(5)}, pads=[1, 0, 1, 2], strides=[2, 1]),
+    "Conv_depthwise": _one("Conv", ("x", "w"), {"w": _w(2 * C, 1, 3, 3)}, group=C, auto_pad="SAME_UPPER"),
+    "Gemm": _model([helper.make_node("Flatten", ["x"], ["f"]),
+                    helper.make_node("Gemm", ["f", "w", "b"], ["y"], transB=1)],
+                   {"w": _w(7, C * 36), "b": _w(7)}),
+    "MatMul": _model([helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("MatMul", ["f", "w"], ["y"])],
+                     {"w": _w(C * 36, 7)}),
+    "BatchNormalization": _one("BatchNormalization", ("x", "s", "o", "m", "v"),
+                               {"s": _w(C), "o": _w(C), "m": _w(C), "v": np.abs(_w(C)) + 0.5}),
+    **{op: _one(op, ("x", "c"), {"c": _w(1, C, 1, 1)}) for op in ("Add", "Sub", "Mul", "Max", "Min")},
+    "Div": _one("Div", ("x", "c"), {"c": np.abs(_w(1, C, 1, 1)) + 0.5}),
+    **{op: _one(op) for op in ("Relu", "Sigmoid", "Tanh", "Softsign", "Softplus", "Exp", "Neg", "Identity",
+                               "GlobalMaxPool", "GlobalAveragePool")},
+    "Sqrt": _model([helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Sqrt", ["a"], ["y"])], {}),
+    "Clip": _one("Clip", ("x", "lo", "hi"), {"lo": np.float32(0), "hi": np.float32(6)}),
+    "LeakyRelu": _one("LeakyRelu", alpha=0.1),
+    "PRelu": _one("PRelu", ("x", "s"), {"s": _w(C, 1, 1)}),
+    "Softmax": _one("Softmax", axis=1),
+    "MaxPool": _one("MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
+    "AveragePool": _one("AveragePool", kernel_shape=[2, 2], strides=[2, 2], count_include_pad=1, pads=[1, 1, 0, 0]),
+    "ReduceMean": _model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)],
+                         {"axes": np.asarray([2, 3], np.int64)}, opset=18),
+    "ReduceMean_opset13": _model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=1)], {}, opset=13),
+    "Concat": _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Concat", ["x", "r"], ["y"], axis=1)],
+                     {}),
+    "Reshape": _one("Reshape", ("x", "s"), {"s": np.asarray([0, -1], np.int64)}),
+    "Squeeze": _model([helper.make_node("ReduceMean", ["x", "a"], ["m"], keepdims=1),
+                       helper.make_node("Squeeze", ["m", "a"], ["y"])], {"a": np.asarray([2, 3], np.int64)},
+                      opset=18),
+    "Flatten": _one("Flatten"),
+    "Transpose": _one("Transpose", perm=[0, 2, 3, 1]),
+    "Pad": _one("Pad", ("x", "p", "v"), {"p": np.asarray([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "v": np.float32(0.5)}),
+    "Dropout": _one("Dropout"),
+    "Cos_kept_float": _one("Cos"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_round_trip(name):
+    model = CASES[name]
+    graph = import_model(model, ["x"], ["y"], [X_SHAPE])
+    if name == "Cos_kept_float":
+        assert [n.op for n in graph.nodes] == ["Opaque"]
+    back = export_model(graph)
+    onnx.checker.check_model(back)
+    for batch in (1, 3):
+        x = RNG.normal(size=(batch,) + X_SHAPE[1:]).astype(np.float32)
+        np.testing.assert_allclose(_run(back, x), _run(model, x), rtol=1e-5, atol=1e-5)
+
+
+def _cnn():
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=8),
+             helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"]),
+             helper.make_node("Add", ["r1", "r2"], ["s"]),
+             helper.make_node("GlobalAveragePool", ["s"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "wd", "bd"], ["y"])]
+    inits = {"w1": _w(8, 3, 3, 3), "b1": _w(8, scale=0.1), "w2": _w(8, 1, 3, 3), "lo": np.float32(0),
+             "hi": np.float32(6), "wd": _w(8, 10), "bd": _w(10, scale=0.1)}
+    return _model(nodes, inits, ["N", 10], in_shape=("N", 3, 16, 16))
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("onnx_cal")
+    model = _cnn()
+    cfg = {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[4, 3, 16, 16]], "output_dir": str(out)}
+    conv = converter(model, cfg)
+    data = RNG.normal(size=(32, 3, 16, 16)).astype(np.float32)
+    conv.calibrate(data, batch_size=4, progress=False)
+    return model, conv, data
+
+
+def test_calibration_writes_the_statistics_files(calibrated):
+    _, conv, _ = calibrated
+    files = os.listdir(os.path.join(conv.config["output_dir"], "ratel_stats"))
+    assert "manifest.json" in files and any(f.endswith(".rstats") for f in files)
+    cal = conv.to_cal()
+    assert {n.op_type for n in cal.graph.node if n.domain == "ratelnn"} == {"RatelMinMax"}
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_quantized_model_is_plain_qdq_at_any_batch(calibrated, batch):
+    model, conv, data = calibrated
+    quant = conv.to_quant()
+    assert {n.domain for n in quant.graph.node} <= {""}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in quant.graph.node}
+    assert quant.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    y_q, y_f = _run(quant, data[:batch]), _run(model, data[:batch])
+    assert y_q.shape == (batch, 10)
+    cos = np.sum(y_q * y_f) / np.linalg.norm(y_q) / np.linalg.norm(y_f)
+    assert cos > 0.99
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_compiled_model_matches_reference_executor(calibrated, batch):
+    from ratelnn.compiler import compile_graph
+    from ratelnn.compiler.run import run_compiled
+    _, conv, data = calibrated
+    npu = conv.to_npu()
+    assert "RatelEngineOp" in {n.op_type for n in npu.graph.node}
+    compiled = compile_graph(conv.quantized_ir(), conv.config, {})
+    want = run_compiled(compiled, {"x": data[:batch]}, backend="reference")["y"]
+    got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:batch]})[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_compiled_model_without_registration_fails_naming_the_call(calibrated):
+    from ratelnn.frontend.onnx.runtime import onnx_session as plain
+    with pytest.raises(ModelError, match="ratelnn.onnx_session"):
+        plain(calibrated[1].to_npu())
+
+
+# ---------------------------------------------------------------- bad input
+def test_control_flow_is_refused_naming_the_node():
+    then = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    model = _model([helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                    helper.make_node("Cast", ["m"], ["cond"], to=TensorProto.BOOL),
+                    helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then, else_branch=then)], {})
+    with pytest.raises(ModelError, match="'branch'.*If"):
+        import_model(model, ["x"], ["y"], [X_SHAPE])
+
+
+def test_opset_out_of_range_is_refused():
+    with pytest.raises(ModelError, match="opset 11"):
+        import_model(_model([helper.make_node("Relu", ["x"], ["y"])], {}, opset=11), ["x"], ["y"], [X_SHAPE])
+
+
+def test_unknown_domain_op_is_refused_naming_it():
+    model = _model([helper.make_node("Frobnicate", ["x"], ["y"], name="odd", domain="vendor")], {})
+    model.opset_import.append(helper.make_opsetid("vendor", 1))
+    with pytest.raises(ModelError, match="Frobnicate node 'odd'"):
+        import_model(model, ["x"], ["y"], [X_SHAPE])
+
+
+def test_external_data(tmp_path):
+    from ratelnn.frontend.onnx import save_model
+    model = CASES["Conv"]
+    path = tmp_path / "conv.onnx"
+    save_model(model, path, external_data=True)
+    assert (tmp_path / "conv.onnx.data").is_file()
+    graph = import_model(str(path), ["x"], ["y"], [X_SHAPE])
+    x = RNG.normal(size=X_SHAPE).astype(np.float32)
+    np.testing.assert_allclose(_run(export_model(graph), x), _run(model, x), rtol=1e-5, atol=1e-5)
+    os.remove(tmp_path / "conv.onnx.data")
+    with pytest.raises(ModelError, match="conv.onnx.data"):
+        import_model(str(path), ["x"], ["y"], [X_SHAPE])
+
+
+def test_unknown_input_name_is_refused():
+    with pytest.raises(ModelError, match="'images'"):
+        import_model(CASES["Relu"], ["images"], ["y"], [X_SHAPE])
+
+
+def test_float_fallback_between_two_engines(tmp_path):
+    from ratelnn.compiler import compile_graph
+    from ratelnn.compiler.run import run_compiled
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Cos", ["r1"], ["k"]),
+             helper.make_node("Conv", ["k", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["y"])]
+    model = _model(nodes, {"w1": _w(4, 3, 3, 3), "w2": _w(4, 4, 3, 3)}, ["N", 4, 8, 8], in_shape=("N", 3, 8, 8),
+                   opset=13)
+    conv = converter(model, {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[2, 3, 8, 8]],
+                             "output_dir": str(tmp_path)})
+    data = RNG.normal(size=(6, 3, 8, 8)).astype(np.float32)
+    conv.calibrate(data, batch_size=2, progress=False)
+    npu = conv.to_npu()
+    kinds = [(n.domain, n.op_type) for n in npu.graph.node]
+    assert kinds.count(("ratelnn", "RatelEngineOp")) == 2 and ("", "Cos") in kinds
+    got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:5]})[0]
+    want = run_compiled(compile_graph(conv.quantized_ir(), conv.config, {}), {"x": data[:5]})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_quantize_static_qdq_model_compiles_with_its_own_scales(tmp_path):
+    """QuantONNX: a QDQ model from ONNX Runtime's quantize_static (symmetric int8) given to
+    to_npu(); the compiled model computes what the QDQ model computes."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    model, data = _cnn(), RNG.normal(size=(32, 3, 16, 16)).astype(np.float32)
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": data[i:i + 4]} for i in range(0, 32, 4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    src, dst = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, str(src))
+    quantization.quantize_static(str(src), str(dst), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=True, activation_type=quantization.QuantType.QInt8,
+                                 weight_type=quantization.QuantType.QInt8,
+                                 extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    qdq = onnx.load(str(dst))
+    conv = converter(model, {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[4, 3, 16, 16]],
+                             "output_dir": str(tmp_path / "out")})
+    npu = conv.to_npu(qdq)
+    assert "RatelEngineOp" in {n.op_type for n in npu.graph.node}
+    got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:8]})[0]
+    want = _run(qdq, data[:8])
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() <= 0.02 * scale
