@@ -73,10 +73,12 @@ DEFAULTS: Dict[str, Any] = {
     "channel_order": "RGB",
     "data_format": None,
     # calibration data named in the config (docs/calibration-data.md): a path or {input: path},
-    # at most calibration_size samples (None: all), src_dtype: what array files hold
+    # at most calibration_size samples (None or -1: all), src_dtype: what array files hold,
+    # calibration_format: what an archive's or folder's members are (None: told by their suffixes)
     "calibration_data": None,
     "calibration_size": None,
     "src_dtype": None,
+    "calibration_format": None,
 }
 
 # quant_cfg defaults per tensor role: weights per output channel, everything 8 bit.
@@ -334,15 +336,24 @@ def _check_scalars(cfg: Mapping[str, Any]) -> None:
 
 def _check_choices(cfg: Dict[str, Any]) -> None:
     """Keys with a few choices, the optional calibration keys and the patch lists."""
-    from .config_forms import SRC_DTYPES, bias_data_type
+    from .config_forms import CALIBRATION_FORMATS, SRC_DTYPES, bias_data_type
     cfg["conv_bias_data_type"] = bias_data_type("conv_bias_data_type", cfg["conv_bias_data_type"])
     for key, choices in _CHOICES.items():
         if cfg[key] not in choices:
             raise ConfigError(f"config key {key!r} must be one of {choices}, got {cfg[key]!r}")
     size = cfg["calibration_size"]
-    if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1):
-        raise ConfigError(f"config key 'calibration_size' must be a positive integer (samples) or "
-                          f"null (all), got {size!r}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or
+                             (size < 1 and size != -1)):
+        raise ConfigError(f"config key 'calibration_size' must be a positive integer (samples), or "
+                          f"-1 or null (all), got {size!r}")
+    if size == -1:
+        cfg["calibration_size"] = None
+    fmt = cfg["calibration_format"]
+    for value in (fmt.values() if isinstance(fmt, Mapping) else [fmt]):
+        if value is not None and value not in set(CALIBRATION_FORMATS.values()):
+            raise ConfigError(f"config key 'calibration_format' must be one of "
+                              f"{sorted(set(CALIBRATION_FORMATS.values()))} (or a mapping of "
+                              f"input name -> one of them), got {fmt!r}")
     data = cfg["calibration_data"]
     paths = data.values() if isinstance(data, Mapping) else [data]
     if data is not None and not all(isinstance(p, (str, os.PathLike)) for p in paths):

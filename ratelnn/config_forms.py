@@ -71,7 +71,11 @@ INPUT_KEYS = {
     "tensor_layout": ("data_format", _STR),
     "tensor_format": ("channel_order", _STR),
     "src_dtype": ("src_dtype", _STR),
+    "calibration_format": ("calibration_format", _STR),
 }
+# calibration_format spellings (Pulsar2's Image, Numpy, Binary, NumpyObject; any case) -> native
+CALIBRATION_FORMATS = {"image": "image", "numpy": "numpy", "binary": "binary", "numpyobject": "numpy_object",
+                       "numpy_object": "numpy_object"}
 LAYER_KEYS = {"layer_name": ((str, list, tuple), "a name or a list of names"),
               "op_type": ((str, list, tuple), "an op type or a list of op types"),
               "start_tensor_names": ((str, list, tuple), "a list of tensor names"),
@@ -244,6 +248,8 @@ def _inputs(entries: Sequence[Tuple[str, Mapping]], put: Callable[[str, str, Any
                 value = _choice(f"{where}.{key}", value, CHANNEL_ORDERS)
             elif flat_key == "src_dtype":
                 value = _choice(f"{where}.{key}", value, SRC_DTYPES)
+            elif flat_key == "calibration_format":
+                value = _choice(f"{where}.{key}", value, CALIBRATION_FORMATS)
             slot = per_key.setdefault(flat_key, {})
             if name in slot and slot[name][1] != value:
                 raise ConfigError(f"{slot[name][0]} = {slot[name][1]!r} and {where}.{key} = {value!r} "

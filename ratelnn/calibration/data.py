@@ -10,8 +10,11 @@
     loading it unpickles, so only use files you trust);
   - ``.bin``: raw little-endian float32 samples of a single-input model, each of the
     input's shape without the batch dimension (``input_shapes``);
-  - ``.tar``, ``.tgz``, ``.tar.gz``: images (png, jpg, jpeg, bmp, gif, ppm, pgm, webp),
-    read in member-name order and preprocessed by the config keys :data:`IMAGE_KEYS`.
+  - a ``.tar``, ``.tgz``, ``.tar.gz`` or ``.zip`` archive, or a folder, of images (png,
+    jpg, jpeg, bmp, gif, ppm, pgm, webp; preprocessed by the config keys :data:`IMAGE_KEYS`),
+    ``.npy`` arrays, ``.bin`` raw samples or ``.npy`` dicts of per-input arrays, read in
+    member-name order (:mod:`ratelnn.calibration.containers`; the config's
+    ``calibration_format`` names the form when the members do not tell).
 
 Whatever the form, samples are regrouped into batches of one size (the model's batch when
 ``input_shapes`` fixes it), so the same samples always give the same batches.  When the
@@ -25,19 +28,16 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import itertools
 import os
-import tarfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..errors import CalibrationError
+from .containers import Container, ContainerError, format_name, is_container, load_npy, npy_header, suffix_of
 
 DEFAULT_BATCH_SIZE = 32
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".webp")
-TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")
 # Config keys of image preprocessing (tar sources):
 #   image_size: [h, w] to resize to (bilinear; default: the input's own H, W)
 #   mean, std: scalar or one value per channel (in the config's channel order), in pixel
@@ -136,9 +136,9 @@ class ImagePreprocess:
 
 def for_input(config: Mapping[str, Any], name: str) -> Dict[str, Any]:
     """``config`` with the per-input values (``{input name: value}``, docs/architecture.md §14)
-    of the image keys and ``src_dtype`` replaced by ``name``'s."""
+    of the image keys, ``src_dtype`` and ``calibration_format`` replaced by ``name``'s."""
     out = dict(config)
-    for key in IMAGE_KEYS + ("src_dtype",):
+    for key in IMAGE_KEYS + ("src_dtype", "calibration_format"):
         value = out.get(key)
         if isinstance(value, Mapping):
             out[key] = next((v for k, v in value.items() if k in (name, f"{name}:0")), None)
@@ -163,21 +163,14 @@ def _scaled_uint8(values: np.ndarray, spec: InputSpec, config: Mapping[str, Any]
 
 
 # ------------------------------------------------------------------ sources -> chunks
-def _suffix(path: Path) -> str:
-    name = path.name.lower()
-    return ".tar.gz" if name.endswith(".tar.gz") else path.suffix.lower()
-
-
 def _npy_has_objects(path: Path) -> bool:
     """Whether the .npy header declares an object dtype (a pickled payload)."""
-    fmt = np.lib.format
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
     try:
-        with open(path, "rb") as f:
-            version = fmt.read_magic(f)
-            _, _, dtype = fmt._read_array_header(f, version)
-    except ValueError as e:
-        raise DataError(f"{path}: not a valid .npy file ({e})") from None
-    return dtype.hasobject
+        return npy_header(head, str(path))[1].hasobject
+    except ContainerError as e:
+        raise DataError(str(e)) from None
 
 
 def _load_npy(path: Path) -> Any:
@@ -193,40 +186,43 @@ def _load_npy(path: Path) -> Any:
     raise DataError(f"{path}: holds an object array; expected a numeric array or a dict of arrays")
 
 
-def _tar_chunks(path: Path, preprocess: ImagePreprocess, name: str, first: int = 0) -> Iterator[Chunk]:
-    """One chunk per image member (in name order) from member ``first`` on; the members
-    before it are not read."""
-    try:
-        archive = tarfile.open(path, "r:*")
-    except (tarfile.TarError, OSError) as e:
-        raise DataError(f"{path}: not a readable tar archive ({e})") from None
-    with archive:
-        members = sorted((m for m in archive.getmembers()
-                          if m.isfile() and m.name.lower().endswith(IMAGE_SUFFIXES)), key=lambda m: m.name)
-        if not members:
-            raise DataError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) in the archive")
-        for m in members[first:]:
-            data = archive.extractfile(m).read()
-            yield {name: preprocess(data, f"{path}:{m.name}")[np.newaxis]}
-
-
-def count_tar_images(path: Path) -> int:
-    """Number of image members of a tar archive."""
-    with tarfile.open(path, "r:*") as archive:
-        return sum(1 for m in archive.getmembers() if m.isfile() and m.name.lower().endswith(IMAGE_SUFFIXES))
-
-
-def _bin_array(path: Path, spec: InputSpec) -> np.ndarray:
-    sample_shape = tuple(spec.shape[1:])
-    if any(d is None for d in sample_shape):
-        raise DataError(f"{path}: a raw .bin needs the full sample shape of input {spec.name!r} "
+def _sample_shape(spec: InputSpec, label: str) -> tuple:
+    shape = tuple(spec.shape[1:])
+    if any(d is None for d in shape):
+        raise DataError(f"{label}: raw .bin samples need the full sample shape of input {spec.name!r} "
                         f"in input_shapes, got {list(spec.shape)}")
-    per_sample = int(np.prod(sample_shape)) * 4
-    size = path.stat().st_size
+    return shape
+
+
+def _bin_dtype(spec: InputSpec, config: Mapping[str, Any]) -> np.dtype:
+    """What a raw sample holds: uint8 pixel codes under ``src_dtype: uint8``, else the input's
+    (little-endian) float type."""
+    uint8 = for_input(config, spec.name).get("src_dtype") == "uint8"
+    return np.dtype("u1") if uint8 else np.dtype(spec.dtype).newbyteorder("<")
+
+
+def _bin_samples(size: int, spec: InputSpec, dtype: np.dtype, label: str) -> int:
+    per_sample = int(np.prod(_sample_shape(spec, label))) * dtype.itemsize
     if size == 0 or size % per_sample:
-        raise DataError(f"{path}: {size} bytes is not a whole number of float32 samples of shape "
-                        f"{list(sample_shape)} ({per_sample} bytes each)")
-    return np.memmap(path, dtype="<f4", mode="r").reshape((-1,) + sample_shape)
+        raise DataError(f"{label}: {size} bytes is not a whole number of {dtype.name} samples of shape "
+                        f"{list(spec.shape[1:])} ({per_sample} bytes each)")
+    return size // per_sample
+
+
+def _bin_array(path: Path, spec: InputSpec, config: Mapping[str, Any]) -> np.ndarray:
+    dtype = _bin_dtype(spec, config)
+    _bin_samples(path.stat().st_size, spec, dtype, str(path))
+    return np.memmap(path, dtype=dtype, mode="r").reshape((-1,) + _sample_shape(spec, str(path)))
+
+
+def _as_samples(array: np.ndarray, spec: InputSpec, label: str) -> np.ndarray:
+    """An array of one input as samples (one sample without the batch axis gets one), checked
+    against the input's sample shape so that an error names the file it came from."""
+    samples = array[np.newaxis] if array.ndim == len(spec.shape) - 1 else array
+    if samples.ndim != len(spec.shape) or any(w is not None and w != g for w, g in zip(spec.shape[1:], samples.shape[1:])):
+        raise DataError(f"{label}: input {spec.name!r} expects samples of shape {list(spec.shape[1:])}, "
+                        f"got an array of shape {list(array.shape)}")
+    return samples
 
 
 # ------------------------------------------------------------------ the data set
@@ -252,7 +248,8 @@ class CalibrationData:
             raise DataError(f"batch_size={batch_size} but the model is specialised for batch "
                             f"{self.fixed_batch} (input_shapes); pass batch_size=None")
         self.batch_size = int(batch_size or self.fixed_batch or DEFAULT_BATCH_SIZE)
-        self.limit = self.config.get("calibration_size")   # at most this many samples
+        limit = self.config.get("calibration_size")   # at most this many samples; -1 or None: all
+        self.limit = None if limit in (None, -1) else int(limit)
         self._images: set = set()   # inputs read from images (already preprocessed)
         self.label, self._chunks, self.num_samples = self._open(data)
         if self.limit and self.num_samples is not None:
@@ -295,10 +292,12 @@ class CalibrationData:
     def _open_path(self, path: Path):
         if not path.exists():
             raise DataError(f"calibration data file {path} does not exist")
+        label = str(path)
+        if is_container(path):
+            return self._open_container(path)
         if not path.is_file():
             raise DataError(f"calibration data path {path} is not a file")
-        suffix = _suffix(path)
-        label = str(path)
+        suffix = suffix_of(path)
         if suffix == ".npy":
             obj = _load_npy(path)
             if isinstance(obj, dict):
@@ -310,41 +309,89 @@ class CalibrationData:
                 len(obj) if obj.ndim else 0
         if suffix == ".bin":
             spec = self._single_input(f"{path} (raw samples)")
-            arr = _bin_array(path, spec)
+            arr = _bin_array(path, spec, self.config)
             return label, lambda first=0: self._array_chunks({spec.name: arr}, label, first), len(arr)
-        if suffix in TAR_SUFFIXES:
-            spec = self._single_input(f"{path} (images)")
+        raise DataError(f"{path}: unknown calibration data file type {suffix!r} "
+                        f"(use .npy, .bin, .tar, .tgz, .tar.gz, .zip or a folder)")
+
+    def _container(self, path: Path, spec: Optional[InputSpec]):
+        """``(container, members, decode)`` of an archive or folder; ``spec``: the one input it
+        feeds (None: the model's single input, or every input for NumpyObject members)."""
+        given = for_input(self.config, spec.name if spec else (self.names[0] if len(self.names) == 1 else ""))
+        fmt = given.get("calibration_format")
+        try:
+            box = Container(path, format_name(fmt, str(path)) if fmt else None)
+        except ContainerError as e:
+            raise DataError(str(e)) from None
+        if box.format == "numpy_object":
+            if spec is not None:
+                raise DataError(f"{path}: holds dicts of per-input arrays (NumpyObject); the file of input "
+                                f"{spec.name!r} must hold that input's samples")
+
+            def decode(data: bytes, label: str) -> Chunk:
+                d = load_npy(data, label, objects=True)
+                return {k: _as_samples(np.asarray(v), self._spec(k), label) for k, v in d.items()}
+
+            def count(name: str, size: int, data: bytes) -> int:
+                chunk = decode(data, box.label(name))
+                return len(next(iter(chunk.values()))) if chunk else 0
+            return box, box.members(count), decode
+        spec = spec or self._single_input(f"{path} ({box.format} samples)")
+        if box.format == "image":
             self._images.add(spec.name)
             preprocess = ImagePreprocess.from_config(spec, self.config, self.framework)
+            return box, box.members(lambda *_: 1), lambda data, label: {spec.name: preprocess(data, label)[np.newaxis]}
+        if box.format == "binary":
+            dtype = _bin_dtype(spec, self.config)
+            shape = _sample_shape(spec, str(path))
+            return box, box.members(lambda name, size, _: _bin_samples(size, spec, dtype, box.label(name))), \
+                lambda data, label: {spec.name: np.frombuffer(data, dtype).reshape((-1,) + shape)}
+
+        def count_npy(name: str, size: int, data: bytes) -> int:
+            shape, dtype = npy_header(data, box.label(name))
+            if dtype.hasobject or len(shape) not in (len(spec.shape) - 1, len(spec.shape)):
+                raise DataError(f"{box.label(name)}: input {spec.name!r} expects samples of shape "
+                                f"{list(spec.shape[1:])}, got an array of {dtype} and shape {list(shape)}")
+            return 1 if len(shape) == len(spec.shape) - 1 else shape[0]
+        return box, box.members(count_npy), \
+            lambda data, label: {spec.name: _as_samples(load_npy(data, label, objects=False), spec, label)}
+
+    def _open_container(self, path: Path):
+        box, members, decode = self._container(path, None)
+
+        def chunks(first: int = 0) -> Iterator[Chunk]:
             try:
-                count = count_tar_images(path)
-            except (tarfile.TarError, OSError) as e:
-                raise DataError(f"{path}: not a readable tar archive ({e})") from None
-            return label, lambda first=0: _tar_chunks(path, preprocess, spec.name, first), count
-        raise DataError(f"{path}: unknown calibration data file type {suffix!r} "
-                        f"(use .npy, .bin, .tar, .tgz or .tar.gz)")
+                yield from box.arrays(members, decode, first)
+            except ContainerError as e:
+                raise DataError(str(e)) from None
+        return str(path), chunks, sum(m.samples for m in members)
 
     def _spec(self, key: str) -> InputSpec:
         return self.inputs[self.names.index(self._key(key))]
 
     def _input_file(self, path: Path, spec: InputSpec) -> np.ndarray:
         """All samples of one input from its own file (``calibration_data: {input: path}``)."""
-        if not path.is_file():
+        if not path.exists():
             raise DataError(f"calibration data file {path} for input {spec.name!r} does not exist")
-        suffix = _suffix(path)
+        if is_container(path):
+            box, members, decode = self._container(path, spec)
+            parts, held = [], 0
+            for chunk in box.arrays(members, decode):
+                parts.append(chunk[spec.name])
+                held += len(parts[-1])
+                if self.limit and held >= self.limit:
+                    break
+            return np.concatenate(parts)
+        suffix = suffix_of(path)
         if suffix == ".npy":
             obj = _load_npy(path)
             if isinstance(obj, dict):
                 raise DataError(f"{path}: holds a dict; the file of input {spec.name!r} must hold one array")
             return obj
         if suffix == ".bin":
-            return _bin_array(path, spec)
-        if suffix in TAR_SUFFIXES:
-            preprocess = ImagePreprocess.from_config(spec, self.config, self.framework)
-            self._images.add(spec.name)
-            chunks = list(itertools.islice(_tar_chunks(path, preprocess, spec.name), self.limit or None))
-            return np.concatenate([c[spec.name] for c in chunks])
-        raise DataError(f"{path}: unknown calibration data file type {suffix!r} (use .npy, .bin or a tar)")
+            return _bin_array(path, spec, self.config)
+        raise DataError(f"{path}: unknown calibration data file type {suffix!r} "
+                        "(use .npy, .bin, an archive or a folder)")
 
     def _dict_length(self, arrays: Mapping[str, np.ndarray], label: str) -> int:
         lengths = {k: (len(v) if v.ndim else 0) for k, v in arrays.items()}

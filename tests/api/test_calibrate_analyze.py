@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 import tarfile
+import zipfile
 
 import numpy as np
 import pytest
@@ -57,6 +58,68 @@ def _png_tar(path, u8, mode="w"):
     return path
 
 
+def _archive(path, members):
+    """A tar (any suffix tarfile writes) or zip of ``{member name: bytes}``."""
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path, "w") as z:
+            for name, data in members.items():
+                z.writestr(name, data)
+        return path
+    with tarfile.open(path, "w:gz" if path.name.endswith("gz") else "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _npy_bytes(obj):
+    buf = io.BytesIO()
+    np.save(buf, obj, allow_pickle=isinstance(obj, dict))
+    return buf.getvalue()
+
+
+def _png_bytes(img):
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(img[..., 0], mode="L").save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _folder(path, members):
+    for name, data in members.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    return path
+
+
+# Pulsar2's dataset forms: archives or folders of images, .npy arrays (one sample or a batch
+# each), raw .bin samples and .npy dicts of per-input arrays (NumpyObject); splits of 3+3+4
+CUTS = [(0, 3), (3, 6), (6, SAMPLES)]
+
+
+def _container_sources(tmp_path, u8, x):
+    pngs = {f"imgs/{i:03d}.png": _png_bytes(img) for i, img in enumerate(u8)}
+    one_npy = {f"s/{i:03d}.npy": _npy_bytes(x[i]) for i in range(SAMPLES)}
+    batch_npy = {f"b{a}.npy": _npy_bytes(x[a:b]) for a, b in CUTS}
+    f32_bin = {f"raw/{i:03d}.bin": x[i].astype("<f4").tobytes() for i in range(SAMPLES)}
+    objects = {f"o{a}.npy": _npy_bytes({"images:0": x[a:b]}) for a, b in CUTS}
+    (tmp_path / "dir_png").mkdir()
+    (tmp_path / "dir_bin").mkdir()
+    return {
+        "zip_png": (_archive(tmp_path / "p.zip", pngs), {}),
+        "folder_png": (_folder(tmp_path / "dir_png", pngs), {}),
+        "tar_npy_samples": (_archive(tmp_path / "n.tar", one_npy), {}),
+        "zip_npy_batches": (_archive(tmp_path / "n.zip", batch_npy), {"calibration_format": "numpy"}),
+        "tgz_bin": (_archive(tmp_path / "b.tgz", f32_bin), {}),
+        "folder_bin": (_folder(tmp_path / "dir_bin", f32_bin), {}),
+        "tar_bin_u8": (_archive(tmp_path / "u.tar", {f"{i}.bin": u8[i].tobytes() for i in range(SAMPLES)}),
+                       {"src_dtype": "uint8"}),
+        "zip_numpy_object": (_archive(tmp_path / "o.zip", objects), {}),
+        "tar_numpy_object_named": (_archive(tmp_path / "o.tar", objects), {"calibration_format": "numpy_object"}),
+    }
+
+
 def test_every_data_form_gives_identical_statistics(tmp_path, pixels):
     u8, x = pixels
     np.save(tmp_path / "x.npy", x)
@@ -77,22 +140,35 @@ def test_every_data_form_gives_identical_statistics(tmp_path, pixels):
     for name, data in sources.items():
         conv = converter(graph_def, _config(tmp_path, name, std=255.0))
         stats[name] = conv.calibrate(data, progress=False)
+    for name, (data, extra) in _container_sources(tmp_path, u8, x).items():
+        conv = converter(graph_def, _config(tmp_path, name, std=255.0, **extra))
+        stats[name] = conv.calibrate(str(data), progress=False)
+    for size in (-1, SAMPLES):   # -1 (Pulsar2's "all") and the exact count take every sample
+        conv = converter(graph_def, _config(tmp_path, f"size{size}", std=255.0, calibration_size=size))
+        stats[f"calibration_size={size}"] = conv.calibrate(x, progress=False)
     reference = stats["array"]
     assert reference and all(s.batches == 3 for s in reference.values())
     for name, got in stats.items():
         assert got == reference, f"statistics from {name} differ from those of the bare array"
 
 
-@pytest.mark.parametrize("form", ["array", "npy", "bin", "tgz", "iterable"])
+@pytest.mark.parametrize("form", ["array", "npy", "bin", "tgz", "iterable", "zip_npy_batches",
+                                  "zip_numpy_object", "folder_bin"])
 def test_a_slice_of_batches_equals_that_part_of_the_whole_sequence(tmp_path, pixels, form):
-    """CalibrationData.batches(start, stop): what a Ray worker reads for its shard of a file."""
+    """CalibrationData.batches(start, stop): what a Ray worker reads for its shard of a file
+    (archives of several samples a member are cut inside a member)."""
     u8, x = pixels
     np.save(tmp_path / "x.npy", x)
     x.astype("<f4").tofile(tmp_path / "x.bin")
-    make = {"array": lambda: x, "npy": lambda: str(tmp_path / "x.npy"), "bin": lambda: tmp_path / "x.bin",
-            "tgz": lambda: str(_png_tar(tmp_path / "x.tgz", u8, "w:gz")),
-            "iterable": lambda: [x[i:i + 3] for i in range(0, SAMPLES, 3)]}[form]
-    data = converter(_image_graph(), _config(tmp_path, form, std=255.0)).calibration_data(make())
+    extra = {}
+    if form in ("zip_npy_batches", "zip_numpy_object", "folder_bin"):
+        source, extra = _container_sources(tmp_path, u8, x)[form]
+        make = lambda: str(source)  # noqa: E731
+    else:
+        make = {"array": lambda: x, "npy": lambda: str(tmp_path / "x.npy"), "bin": lambda: tmp_path / "x.bin",
+                "tgz": lambda: str(_png_tar(tmp_path / "x.tgz", u8, "w:gz")),
+                "iterable": lambda: [x[i:i + 3] for i in range(0, SAMPLES, 3)]}[form]
+    data = converter(_image_graph(), _config(tmp_path, form, std=255.0, **extra)).calibration_data(make())
     whole = [(b.feeds["images"], b.size) for b in data]
     assert len(whole) == 3
     for start, stop in [(0, 3), (1, 2), (1, None), (2, 3), (2, 2), (3, 5)]:
@@ -123,6 +199,16 @@ def test_progress_reports_count_rate_and_eta(tmp_path, pixels, capsys):
     (lambda p, x: [{"pictures": x}], "unknown input 'pictures'"),
     (lambda p, x: x[:0], "no calibration samples"),
     (lambda p, x: 3.5, "calibration data must be"),
+    (lambda p, x: _archive(p / "mixed.zip", {"a.npy": _npy_bytes(x[0]), "b.bin": x[1].tobytes()}),
+     "mixes binary and numpy files; set calibration_format"),
+    (lambda p, x: _archive(p / "empty.zip", {"notes.txt": b"hello"}), "no images .* .npy or .bin"),
+    (lambda p, x: _write(p / "bad.zip", b"not a zip at all" * 40), "not a readable zip"),
+    (lambda p, x: _archive(p / "odd.tar", {"a.bin": x[0].astype("<f4").tobytes()[:-4]}),
+     r"odd.tar:a.bin: 140 bytes is not a whole number"),
+    (lambda p, x: _archive(p / "shape.tar", {"a.npy": _npy_bytes(x[0, :5])}), r"shape.tar:a.npy: input 'images' "
+     "expects samples of shape"),
+    (lambda p, x: _archive(p / "nan.zip", {f"{i}.npy": _npy_bytes(x[i] * (np.nan if i == 4 else 1))
+                                           for i in range(6)}), "sample 4 holds NaN"),
 ])
 def test_bad_calibration_data_gives_clear_errors(tmp_path, pixels, make_data, message):
     conv = converter(_image_graph(), _config(tmp_path, "bad"))

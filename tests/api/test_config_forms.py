@@ -134,6 +134,10 @@ BAD = {
     "input_shapes string of another input": ({"input_shapes": "z:1x4"}, r"input_shapes names \['z'\], which are not"),
     "input_shapes string malformed": ({"input_shapes": "x:1by4"}, r"the entry 'x:1by4' is neither"),
     "calibration_size zero": ({"calibration_size": 0}, r"'calibration_size' must be a positive integer"),
+    "calibration_size below -1": ({"quant": {"calibration_size": -2}}, r"'calibration_size' must be a positive"),
+    "calibration_format": ({"input_processors": [{"calibration_format": "Tensor"}]},
+                           r"calibration_format: 'Tensor' is not one of binary, image, numpy"),
+    "flat calibration_format": ({"calibration_format": "Numpy"}, r"'calibration_format' must be one of"),
     "flat compiler_check": ({"compiler_check": 5}, r"'compiler_check' must be 0, 1 or 2, got 5"),
     "flat and section differ": ({"static_batch_sizes": [2], "compiler": {"static_batch_sizes": [4]}},
                                 r"static_batch_sizes = \[2\] and compiler.static_batch_sizes = \[4\]"),
@@ -181,6 +185,16 @@ def test_section_forms_resolve_to_flat_keys_with_one_warning(tmp_path, monkeypat
     assert c["calibration_data"] == {"x": "a.npy"}
     assert not {"quant", "compiler", "input_processors"} & set(c)
     assert normalize(c, "tensorflow") == c                           # resolving is idempotent
+
+
+def test_pulsar2_dataset_keys_resolve(tmp_path):
+    """calibration_format in Pulsar2's spelling, per input, and calibration_size -1 (all)."""
+    c = normalize(_base(tmp_path, quant={"calibration_size": -1, "input_configs": [
+        {"tensor_name": "x", "calibration_dataset": "x.zip", "calibration_format": "NumpyObject"}]}), "tensorflow")
+    assert c["calibration_size"] is None and c["calibration_data"] == {"x": "x.zip"}
+    assert c["calibration_format"] == {"x": "numpy_object"}
+    one = normalize(_base(tmp_path, input_processors=[{"calibration_format": "Binary"}]), "tensorflow")
+    assert one["calibration_format"] == "binary"
 
 
 def test_from_file_reads_the_sections(tmp_path):
