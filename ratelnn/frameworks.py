@@ -1,8 +1,9 @@
 """The model frameworks, imported only when ratelnn needs them.
 
-Neither TensorFlow nor MXNet is a requirement of ratelnn itself: each comes with an extra
-(pyproject.toml), ``pip install 'ratelnn[tensorflow]'`` (``tensorflow-cpu``) and
-``pip install 'ratelnn[mxnet]'``.  An installed ``tensorflow`` distribution (not ``-cpu``)
+No framework is a requirement of ratelnn itself: each comes with an extra
+(pyproject.toml), ``pip install 'ratelnn[tensorflow]'`` (``tensorflow-cpu``),
+``pip install 'ratelnn[mxnet]'`` and ``pip install 'ratelnn[onnx]'`` (``onnx`` and ONNX
+Runtime, the ONNX frontend's framework).  An installed ``tensorflow`` distribution (not ``-cpu``)
 in the same version range serves as well: ratelnn imports the ``tensorflow`` module, whichever
 distribution installed it (with it, install ratelnn without the extra, which would add
 ``tensorflow-cpu`` beside it).  When ratelnn needs a framework that is not installed it
@@ -17,7 +18,9 @@ from .errors import FrameworkNotInstalledError
 
 # framework -> (module, display name, extra)
 FRAMEWORKS = {"tensorflow": ("tensorflow", "TensorFlow", "tensorflow"),
-              "mxnet": ("mxnet", "MXNet", "mxnet")}
+              "mxnet": ("mxnet", "MXNet", "mxnet"),
+              "onnx": ("onnx", "The onnx package", "onnx"),
+              "onnxruntime": ("onnxruntime", "ONNX Runtime", "onnx")}
 
 
 def not_installed(framework: str) -> FrameworkNotInstalledError:
@@ -30,7 +33,7 @@ def not_installed(framework: str) -> FrameworkNotInstalledError:
 
 
 def import_framework(framework: str):
-    """The module of ``framework`` ("tensorflow" | "mxnet"), imported; FrameworkNotInstalledError
+    """The module of ``framework`` (a key of :data:`FRAMEWORKS`), imported; FrameworkNotInstalledError
     when it is not installed (an import error inside an installed framework propagates as is)."""
     module = FRAMEWORKS[framework][0]
     try:

@@ -89,13 +89,16 @@ def test_docs_table_is_generated_from_the_registry():
 def test_policy_compiler_evaluator_and_frontends_read_the_registry():
     from ratelnn.frontend.mxnet import exporter as mx_exp, importer as mx_imp
     from ratelnn.frontend.mxnet.attrs import CUSTOM_OPS
+    from ratelnn.frontend.onnx import exporter as onnx_exp, importer as onnx_imp
     from ratelnn.frontend.tensorflow import exporter as tf_exp, importer as tf_imp
     assert policy.QUANTIZED_OPS == {op.name for op in registry.OPS if op.quantized}
     assert lower.LOWERABLE_OPS == {op.name for op in registry.OPS if op.npu}
     assert set(tf_imp._TRANSLATORS) == set(registry.SPELLINGS["tf"])
     assert set(mx_imp._TRANSLATORS) == set(registry.SPELLINGS["mx"])
+    assert set(onnx_imp._TRANSLATORS) == set(registry.SPELLINGS["onnx"])
     assert {op.name for op in registry.OPS if op.tf} <= set(tf_exp._EXPORTERS)
     assert {op.name for op in registry.OPS if op.mx} <= set(mx_exp._EXPORTERS)
+    assert {op.name for op in registry.OPS if op.onnx} <= set(onnx_exp._EXPORTERS)
     assert CUSTOM_OPS == {op.name: op.mx[0] for op in registry.OPS if op.custom_op}
     for op in registry.OPS:   # every op has a float definition (Opaque/Engine: a clear refusal)
         try:

@@ -34,10 +34,11 @@ def ci_pins():
 
 def test_frameworks_are_extras_not_requirements():
     required = requirements(PROJECT["dependencies"])
-    assert not {"tensorflow", "tensorflow-cpu", "mxnet"} & set(required)
+    assert not {"tensorflow", "tensorflow-cpu", "mxnet", "onnx", "onnxruntime"} & set(required)
     extras = PROJECT["optional-dependencies"]
     assert set(requirements(extras["tensorflow"])) == {"tensorflow-cpu"}
     assert set(requirements(extras["mxnet"])) == {"mxnet"}
+    assert set(requirements(extras["onnx"])) == {"onnx", "onnxruntime"}
 
 
 def test_extras_are_ranges_admitting_the_tested_versions():
@@ -112,3 +113,15 @@ def test_an_error_inside_an_installed_framework_is_not_hidden():
                         "except ImportError as e:\n    print(type(e).__name__, e.name)\n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "ModuleNotFoundError absl"
+
+
+@pytest.mark.parametrize("missing,call,name", [
+    ("onnx", "ratelnn.frontend.onnx.model_io.import_onnx()", "The onnx package"),
+    ("onnxruntime", "ratelnn.frontend.onnx.runtime._ort()", "ONNX Runtime")])
+def test_missing_onnx_names_the_extra(missing, call, name):
+    proc = _without([missing], "import ratelnn, ratelnn.frontend.onnx.model_io, ratelnn.frontend.onnx.runtime\n"
+                               "from ratelnn.errors import FrameworkNotInstalledError\n"
+                               f"try:\n    {call}\n"
+                               "except FrameworkNotInstalledError as e:\n    print(e)\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{name} is not installed" in proc.stdout and "pip install 'ratelnn[onnx]'" in proc.stdout

@@ -12,7 +12,7 @@ symbolic batch dimension, and so do the outputs that follow it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -263,7 +263,7 @@ def _generic(op: registry.OpDef) -> Callable:
 
 
 # IR op -> exporter: ops with attributes or operands to convert here, the others generic
-_EXPORTERS: Dict[str, Callable[[_Exporter, Node], None]] = {
+_EXPORTERS: Mapping[str, Callable[[_Exporter, Node], None]] = registry.exporter_table("onnx", {
     "Conv2D": _conv2d, "MatMul": _matmul, "BiasAdd": _bias_add, "MaxPool": _pool, "AvgPool": _pool,
     "BatchNorm": lambda ex, n: ex.add("BatchNormalization", n.inputs, n.outputs,
                                       epsilon=float(n.attrs.get("eps", 1e-3))),
@@ -279,8 +279,7 @@ _EXPORTERS: Dict[str, Callable[[_Exporter, Node], None]] = {
                                   n.outputs),
     "Square": lambda ex, n: ex.add("Mul", [n.inputs[0], n.inputs[0]], n.outputs),
     "Quant": _quant, "Dequant": _dequant, "MinMax": _minmax, "Engine": _engine, "Opaque": _opaque,
-}
-_EXPORTERS.update({op.name: _generic(op) for op in registry.OPS if op.onnx and op.name not in _EXPORTERS})
+}, _generic)
 
 
 # ---------------------------------------------------------------- entry point
@@ -288,7 +287,7 @@ def _opset_for(graph: Graph) -> int:
     """The model's own opset (at least the oldest the frontend reads), raised to the first
     with int16 QuantizeLinear when the graph quantizes to int16."""
     opset = max(int(graph.meta.get("onnx_opset", max_opset())), MIN_OPSET)
-    int16 = any(n.op in ("Quant", "Dequant") and ("int16" in (n.attrs.get("dtype"), graph.dtype(n.inputs[0])))
+    int16 = any(n.op in registry.QDQ_OPS and ("int16" in (n.attrs.get("dtype"), graph.dtype(n.inputs[0])))
                 for n in graph.nodes)
     return max(opset, QDQ_INT16_OPSET) if int16 else opset
 

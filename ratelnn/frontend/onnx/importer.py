@@ -13,7 +13,7 @@ nodes in every form.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -372,7 +372,7 @@ def _generic(op: registry.OpDef, spelling: str) -> Translator:
 
 # ONNX op (default domain) -> translator: ops with attributes or operands to convert here,
 # the others (one IR op, same inputs) from the registry's ONNX spellings
-_TRANSLATORS: Dict[str, Translator] = registry.frontend_table("onnx", {
+_TRANSLATORS: Mapping[str, Translator] = registry.frontend_table("onnx", {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "BatchNormalization": _batchnorm, "Clip": _clip,
     "LeakyRelu": lambda imp, n: [Node(n.name, "LeakyRelu", n.inputs[:1], [n.name],
                                       {"alpha": float(n.attr("alpha", 0.01))})],
@@ -386,8 +386,8 @@ _TRANSLATORS: Dict[str, Translator] = registry.frontend_table("onnx", {
     "DequantizeLinear": lambda imp, n: _quant(imp, n, "Dequant"),
     "Dropout": lambda imp, n: [Node(n.name, "Identity", n.inputs[:1], [n.name])] if len(n.outputs) == 1 else None,
 }, _generic)
-# ONNX ops with no IR op of their own
-_TRANSLATORS["Unsqueeze"] = _reshape_to_output
+# ONNX ops with no IR op of their own, translated to one that has
+_UNREGISTERED: Dict[str, Translator] = {"Unsqueeze": _reshape_to_output}
 
 
 # ---------------------------------------------------------------- shapes
@@ -554,8 +554,8 @@ def import_model(model: Any, input_nodes: Sequence[str], output_nodes: Sequence[
 def _translate(imp: _Importer, n: _ONNXNode) -> None:
     if n.domain == DOMAIN and n.op in CUSTOM_OPS:
         translated = _custom(imp, n)
-    elif n.domain in ("", "ai.onnx") and n.op in _TRANSLATORS:
-        translated = _TRANSLATORS[n.op](imp, n)
+    elif n.domain in ("", "ai.onnx") and (n.op in _TRANSLATORS or n.op in _UNREGISTERED):
+        translated = (_TRANSLATORS.get(n.op) or _UNREGISTERED[n.op])(imp, n)
     else:
         translated = None
     if translated is None:

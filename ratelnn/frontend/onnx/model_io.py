@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from ...errors import ModelError
+from ...frameworks import import_framework
 
 MIN_OPSET = 13        # the oldest default-domain opset the frontend reads
 DOMAIN = "ratelnn"    # the ONNX domain of ratelnn's custom ops (docs/onnx.md)
@@ -21,11 +22,8 @@ _SUBGRAPH_OPS = ("If", "Loop", "Scan")
 
 
 def import_onnx():
-    try:
-        import onnx
-    except ImportError as e:  # pragma: no cover - the test extra installs it
-        raise ModelError("the ONNX frontend needs the onnx package (pip install onnx)") from e
-    return onnx
+    """The ``onnx`` module; FrameworkNotInstalledError naming the extra when it is missing."""
+    return import_framework("onnx")
 
 
 def max_opset() -> int:

@@ -8,16 +8,13 @@ from typing import Any, Dict, List, Mapping, Sequence
 import numpy as np
 
 from ...errors import ModelError
+from ...frameworks import import_framework
 from ...ir import Node, TensorInfo
 from .model_io import DOMAIN, import_onnx
 
 
 def _ort():
-    try:
-        import onnxruntime
-    except ImportError as e:  # pragma: no cover - the test extra installs it
-        raise ModelError("running ONNX models needs onnxruntime (pip install onnxruntime)") from e
-    return onnxruntime
+    return import_framework("onnxruntime")
 
 
 def _serialized(model: Any) -> bytes:
