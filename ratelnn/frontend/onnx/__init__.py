@@ -8,10 +8,7 @@ compiled forms with ratelnn's ops of the domain ``ratelnn`` (``ratelnn.onnx_sess
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence
-
-from ...convert import ConvertImpl
-from ...joint.convert import JointConvertImpl
+from ..entry_points import converters
 from .exporter import export_model
 from .handler import ONNXModelHandler
 from .importer import import_model
@@ -19,16 +16,7 @@ from .model_io import load_model, save_model
 from .session import onnx_session
 
 
-def converter(model: Any, config: Mapping[str, Any], device_info: Optional[Dict[int, Any]] = None) -> ConvertImpl:
-    """Converter of one ONNX model (``to_cal``/``to_quant``/``to_npu``)."""
-    return ConvertImpl(ONNXModelHandler(), model, config, device_info or {})
-
-
-def joint_converter(model_list: Sequence[Any], config_list: Sequence[Mapping[str, Any]],
-                    device_info: Optional[Dict[int, Any]] = None) -> JointConvertImpl:
-    """Joint converter of several ONNX models; ``device_info`` is the target (it may name
-    devices this machine lacks); empty means every locally configured device."""
-    return JointConvertImpl(ONNXModelHandler(), model_list, config_list, device_info or {})
+converter, joint_converter = converters(ONNXModelHandler, "ONNX model")
 
 
 __all__ = ["converter", "joint_converter", "ONNXModelHandler", "import_model", "export_model", "load_model",
