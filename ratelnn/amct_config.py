@@ -239,9 +239,12 @@ def map_amct_config(config: Message, batch: Any) -> AmctSettings:
         elif key in _DEFAULT_ONLY:
             if value is not _DEFAULT_ONLY[key][0]:
                 out.ignore(key, _DEFAULT_ONLY[key][1])
-        elif key == "common_config" or key in _BLOCK_FIELDS:
-            block = value if key == "common_config" else {key: values}
-            _block(out, block if isinstance(block, dict) else {}, None, key if key == "common_config" else "")
+        elif key == "common_config":
+            if not isinstance(value, dict):
+                raise ConfigError(f"CONFIG_FILE common_config must be a message ({{ ... }}), got {value!r}")
+            _block(out, value, None, key)
+        elif key in _BLOCK_FIELDS:
+            _block(out, {key: values}, None, "")
         elif key in ("override_layer_types", "override_layer_configs"):
             field = "layer_type" if key == "override_layer_types" else "layer_name"
             for i, entry in enumerate(values):
@@ -251,10 +254,10 @@ def map_amct_config(config: Message, batch: Any) -> AmctSettings:
                 scope = ("op_type" if field == "layer_type" else "layer_name", str(name))
                 block = (entry.get("calibration_config") or [{}])[-1]
                 _block(out, block, scope, f"{key}[{name}].calibration_config")
-        elif isinstance(value, dict):                         # a layer of the JSON config
-            _layer(out, key, value)
-        else:
+        elif key in AMCT_KEYS or not isinstance(value, dict):
             out.ignore(key, AMCT_KEYS.get(key, (None, ""))[1])
+        else:                                                 # a layer of the JSON config
+            _layer(out, key, value)
     return out
 
 

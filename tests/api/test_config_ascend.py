@@ -103,6 +103,21 @@ def test_amct_json_config_maps_like_the_proto_text(tmp_path):
                                   {"layer_name": "conv_3", "data_type": "int16"}]
 
 
+def test_top_level_quant_params_are_the_whole_models_and_messages_are_not_layers(tmp_path):
+    (tmp_path / "top.cfg").write_text(
+        "batch_num: 1\nweight_quant_params { channel_wise: false num_bits: 8 }\n"
+        "activation_quant_params { act_algo: hfmg num_bits: 16 num_of_bins: 4096 }\n"
+        "nuq_config { mapping_file: \"m.json\" }\n")
+    with pytest.warns(UserWarning, match=r"activation_quant_params.num_of_bins: ratelnn's mse picks.*nuq_config: "
+                                         r"no non-uniform quantization here"):
+        c = normalize(_ascend(tmp_path, CONFIG_FILE=str(tmp_path / "top.cfg")), "tensorflow")
+    assert c["calibration_size"] == BATCH and c["quantize_algorithm"] == "mse"
+    assert c["quant_cfg"] == {role: {"is_per_channel": False, "num_bits": 8} for role in ("conv_weights",
+                                                                                          "matmul_weights")}
+    assert c["layer_configs"] == [{"start_tensor_names": ["DEFAULT"], "end_tensor_names": ["DEFAULT"],
+                                   "data_type": "int16"}]
+
+
 def test_ascend_inputs_pair_with_input_shape_names(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
