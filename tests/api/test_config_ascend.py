@@ -220,7 +220,7 @@ def test_ascend_config_builds_from_a_folder_of_bin_files(ascend_build, fashion_m
 
     d, graph_def, name, samples = ascend_build
     effective = json.loads((d / "out" / "cnn_effective_config.json").read_text())
-    assert {k: effective[k] for k in NATIVE} == {**NATIVE, "layer_configs": NATIVE["layer_configs"]}
+    assert {k: effective[k] for k in NATIVE} == NATIVE
     built = load_statistics(d / "out")
     native = {k: v for k, v in effective.items() if k not in ("calibration_data", "calibration_format")}
     conv = converter(graph_def, {**native, "output_dir": str(d / "arrays")})
