@@ -16,7 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from .config_forms import ConfigError, resolve
+from .config_ascend import resolve_ascend
+from .config_forms import PULSAR2_IGNORED, ConfigError, resolve
 
 FRONTENDS = ("tensorflow", "mxnet", "onnx")
 ALGORITHMS = ("naive", "kld", "naive_kld_mix", "percentile", "mse")
@@ -170,6 +171,7 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
         raise ConfigError(f"config must be a dict or QuantConfig, got {type(config).__name__}")
     cfg = QuantConfig(frontend)
     flat, unknown_sections = resolve(config, DEFAULTS)   # docs/architecture.md §14
+    flat, without_effect = resolve_ascend(flat, DEFAULTS)
     cfg.update(flat)
     for key in REQUIRED:
         if cfg.get(key) in (None, "", []):
@@ -221,12 +223,21 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
             raise ConfigError(f"quant_cfg[{role!r}].num_bits must be 8 or 16, got {bits!r}")
     _check_choices(cfg)
     unknown = sorted(set(cfg) - set(DEFAULTS)) + _unknown_quant_cfg(cfg["quant_cfg"]) + unknown_sections
-    new = [k for k in unknown if k not in _warned_unknown]
-    if new:
-        _warned_unknown.update(new)
-        warnings.warn(f"ratelnn: unknown config keys kept and ignored: {', '.join(new)}",
-                      UserWarning, stacklevel=3)
+    _warn_ignored([k for k in unknown if k not in PULSAR2_IGNORED],
+                  without_effect + [f"{k}: {PULSAR2_IGNORED[k]}" for k in unknown if k in PULSAR2_IGNORED])
     return cfg
+
+
+def _warn_ignored(unknown: list, without_effect: list) -> None:
+    """One UserWarning naming the keys not seen before in this process: ``unknown`` ones and
+    other toolchains' keys ``without_effect`` here (``"KEY: reason"``, docs/config-forms.md)."""
+    unknown = [k for k in unknown if k not in _warned_unknown]
+    without_effect = [k for k in without_effect if k not in _warned_unknown]
+    _warned_unknown.update(unknown + without_effect)
+    parts = ([f"unknown config keys kept and ignored: {', '.join(unknown)}"] if unknown else []) + \
+        ([f"keys of other toolchains without effect here: {'; '.join(without_effect)}"] if without_effect else [])
+    if parts:
+        warnings.warn(f"ratelnn: {'; '.join(parts)}".replace("`", ""), UserWarning, stacklevel=4)
 
 
 def _node_key(name: str) -> str:

@@ -23,12 +23,27 @@ class ConfigError(RatelError, ValueError):
 
 
 SECTIONS = ("quant", "input_processors", "compiler")
+# what ratelnn makes of another toolchain's key (the tables of docs/config-forms.md)
+MAPPED, IGNORED, REFUSED = "mapped", "ignored with warning", "refused"
 
 # quant.calibration_method -> quantize_algorithm
 CALIBRATION_METHODS = {"minmax": "naive", "percentile": "percentile", "mse": "mse", "kl": "kld"}
-# Pulsar2 data types -> native (16 bit is symmetric int16 either way: docs/quantization.md)
-DATA_TYPE_NAMES = {"u8": "uint8", "s8": "int8", "u16": "int16", "s16": "int16", "fp32": "fp32",
+# Pulsar2 data types -> native (docs/quantization.md); U16 is refused (REFUSED_DATA_TYPES)
+DATA_TYPE_NAMES = {"u8": "uint8", "s8": "int8", "s16": "int16", "fp32": "fp32",
                    "uint8": "uint8", "int8": "int8", "int16": "int16", "float32": "fp32"}
+# (key, value) -> why ratelnn refuses it
+REFUSED_VALUES = {
+    ("quant.conv_bias_data_type", "fp32"): "FP32 biases are not supported: the NPU adds the bias in the int32 "
+                                           "accumulator (use S32)",
+    ("quant.layer_configs[].weight_data_type", "fp32"): "the weights of a layer on the NPU are int8 (S8); to keep "
+                                                        "the whole layer float give it data_type FP32",
+}
+PULSAR2_DATA_TYPES = ("u8", "s8", "s16", "fp32")   # the spellings of DATA_TYPE_NAMES that are Pulsar2's
+REFUSED_DATA_TYPES = {
+    "u16": "U16 is unsigned 16-bit (codes 0..65535); the NPU's 16-bit tensors are int16 (codes "
+           "-32768..32767, zero at code 0), which cannot hold it exactly: use S16 (int16; a "
+           "non-negative tensor keeps 15 bits of magnitude)"}
+EIGHT_BIT = ("uint8", "int8")   # ratelnn's default activation precision (sign from the statistics)
 SRC_DTYPES = {"u8": "uint8", "uint8": "uint8", "fp32": "float32", "float32": "float32"}
 LAYOUTS = ("NHWC", "NCHW")
 CHANNEL_ORDERS = {"rgb": "RGB", "bgr": "BGR"}   # 1-channel inputs read grayscale anyway
@@ -78,10 +93,52 @@ CALIBRATION_FORMATS = {"image": "image", "numpy": "numpy", "binary": "binary", "
                        "numpy_object": "numpy_object"}
 LAYER_KEYS = {"layer_name": ((str, list, tuple), "a name or a list of names"),
               "op_type": ((str, list, tuple), "an op type or a list of op types"),
+              "layer_names": _LIST, "op_types": _LIST,
               "start_tensor_names": ((str, list, tuple), "a list of tensor names"),
               "end_tensor_names": ((str, list, tuple), "a list of tensor names"),
-              "data_type": _STR, "output_data_type": _STR}
+              "data_type": _STR, "output_data_type": _STR, "weight_data_type": _STR}
+LAYER_PLURALS = {"layer_names": "layer_name", "op_types": "op_type"}   # Pulsar2's list spellings
+WEIGHT_DATA_TYPES = {"s8": None}   # weight_data_type -> native (None: the default, int8 weights)
 DEFAULT_LAYER = "DEFAULT"   # layer_name / tensor names meaning the whole model
+
+_CLI = "a `ratelnn build` option here"
+# Pulsar2 keys ratelnn reads no meaning from -> why (named so in the unknown-keys warning)
+PULSAR2_IGNORED = {
+    "input": f"the model path: {_CLI}, `--model`",
+    "output_name": f"{_CLI}, `--output_name` (sets `model_name`)",
+    "work_dir": f"{_CLI}, `--work_dir` (sets `output_dir`)",
+    "model_type": "the frontend follows the model file (`--framework`)",
+    "target_hardware": "ratelnn builds for its own NPU (`device_info`)",
+    "npu_mode": "NPU cores come from `device_info`",
+    "onnx_opt": "ratelnn runs its own graph passes",
+    "output_processors": "outputs keep the model's layout and float32",
+    "quant_op_processors": "patches Pulsar2's quantized ops; ratelnn's graph patches are `op_processors`",
+    "quant.highest_mix_precision": "`auto_int16` promotes sensitive tensors to int16",
+    "quant.refine_weight_threshold": "weights are quantized per channel at max abs",
+    "quant.enable_smooth_quant": "no SmoothQuant here; `equalization` is cross-layer equalization",
+    "quant.smooth_quant_threshold": "no SmoothQuant here",
+    "quant.smooth_quant_strength": "no SmoothQuant here",
+    "quant.transformer_opt_level": "no transformer-specific passes here",
+    "quant.ln_scale_data_type": "LayerNormalization stays float",
+    "quant.check": "ratelnn checks data types as it quantizes",
+    "quant.disable_auto_refine_scale": "no scale refinement pass here",
+    "quant.enable_easy_quant": "no EasyQuant here",
+    "quant.disable_quant_optimization": "no such pass here",
+    "quant.enable_brecq": "no BRECQ here; `adaround_iterations` runs AdaRound",
+    "quant.enable_lsq": "no LSQ here",
+    "quant.enable_adaround": "set `adaround_iterations` (steps per layer)",
+    "quant.finetune_epochs": "set `adaround_iterations`",
+    "quant.finetune_block_size": "AdaRound works layer by layer here",
+    "quant.finetune_batch_size": "AdaRound uses `accuracy_samples`",
+    "quant.finetune_lr": "AdaRound's rate is fixed",
+    "quant.device": "calibration runs on the CPU (or on Ray workers: `ratelnn.distributed`)",
+    "compiler.ddr_bw_limit": "no DDR bandwidth limit here",
+    "compiler.disable_ir_fix": "no such pass here",
+    "compiler.npu_perf": "`ratelnn build` prints the NPU profile",
+    "compiler.enable_slice_mode": "the compiler chooses the split mode",
+    "compiler.enable_tile_mode": "the compiler chooses the split mode",
+    "compiler.enable_data_soft_compression": "no weight compression here",
+}
 
 
 def resolve(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
@@ -168,9 +225,9 @@ def _method(where: str, value: str) -> str:
 
 
 def bias_data_type(where: str, value: str) -> str:
-    if str(value).lower() == "fp32":
-        raise ConfigError(f"{where}: FP32 biases are not supported: the NPU adds the bias in the int32 "
-                          "accumulator (use S32)")
+    refused = REFUSED_VALUES.get(("quant.conv_bias_data_type", str(value).lower()))
+    if refused:
+        raise ConfigError(f"{where}: {refused}")
     return _choice(where, value, BIAS_TYPES)
 
 
@@ -181,7 +238,10 @@ def data_type(where: str, value: Any) -> str:
 
 
 def _layer_configs(where: str, entries: Any) -> List[Any]:
-    """Entries with native data types; ``layer_name: DEFAULT`` -> the whole-model subgraph.
+    """Entries with native data types; ``layer_name: DEFAULT`` -> the whole-model subgraph;
+    ``layer_names``/``op_types`` -> ``layer_name``/``op_type``.  ``output_data_type`` is the
+    layer's data type (its output's); a ``data_type`` beside it is the layer's input precision,
+    which ratelnn takes from the producing layer: 8-bit (the default) or a ConfigError.
     Entries that are not mappings are left to :func:`ratelnn.config.normalize`'s message."""
     if not isinstance(entries, (list, tuple)):
         return entries
@@ -195,11 +255,26 @@ def _layer_configs(where: str, entries: Any) -> List[Any]:
         for key, kind in LAYER_KEYS.items():
             if key in entry:
                 _typed(f"{here}.{key}", entry[key], kind)
+        for plural, key in LAYER_PLURALS.items():
+            if plural in entry:
+                if key in entry:
+                    raise ConfigError(f"{here} gives both {key} and {plural}: give one")
+                entry[key] = list(entry.pop(plural))
+        label = f"{here} ({layer_label(entry)})"
+        _weight_data_type(label, entry)
+        for key in ("data_type", "output_data_type"):
+            refused = REFUSED_DATA_TYPES.get(str(entry.get(key, "")).lower())
+            if refused:
+                raise ConfigError(f"{label}: {key} {entry[key]!r}: {refused}")
         if "output_data_type" in entry:
             out_type = data_type(f"{here}.output_data_type", entry.pop("output_data_type"))
-            if "data_type" in entry and data_type(f"{here}.data_type", entry["data_type"]) != out_type:
-                raise ConfigError(f"{here}: data_type {entry['data_type']!r} and output_data_type "
-                                  f"{out_type!r} differ; ratelnn has one data type per layer (its output)")
+            if "data_type" in entry:
+                in_type = data_type(f"{here}.data_type", entry["data_type"])
+                if in_type != out_type and in_type not in EIGHT_BIT:
+                    raise ConfigError(
+                        f"{label}: data_type {entry['data_type']!r} beside output_data_type {out_type!r} "
+                        "is the layer's input precision, which ratelnn takes from the layer producing "
+                        "that input (8-bit by default): give that layer the data_type instead")
             entry["data_type"] = out_type
         if "data_type" not in entry:
             raise ConfigError(f"{here} ({entry!r}) has no data_type")
@@ -209,6 +284,28 @@ def _layer_configs(where: str, entries: Any) -> List[Any]:
             entry["start_tensor_names"] = entry["end_tensor_names"] = [DEFAULT_LAYER]
         out.append(entry)
     return out
+
+
+def layer_label(entry: Mapping[str, Any]) -> str:
+    """What a ``layer_configs`` entry names, for messages: ``op_type 'Conv'``, ``layer_name
+    ['a', 'b']``, ``the subgraph ['x'] -> ['y']`` or ``the whole model``."""
+    for key in ("layer_name", "op_type"):
+        if key in entry:
+            return f"{key} {entry[key]!r}"
+    starts, ends = entry.get("start_tensor_names"), entry.get("end_tensor_names")
+    if starts == ends == [DEFAULT_LAYER]:
+        return "the whole model"
+    return f"the subgraph {starts!r} -> {ends!r}"
+
+
+def _weight_data_type(label: str, entry: Dict[str, Any]) -> None:
+    """Drop ``weight_data_type: S8`` (the NPU's weights); anything else is a ConfigError."""
+    if "weight_data_type" not in entry:
+        return
+    value = entry.pop("weight_data_type")
+    if str(value).lower() not in WEIGHT_DATA_TYPES:
+        why = REFUSED_VALUES.get(("quant.layer_configs[].weight_data_type", str(value).lower()), "not one of S8")
+        raise ConfigError(f"{label}: weight_data_type {value!r}: {why}")
 
 
 def _input_entries(config: Mapping[str, Any], quant: Mapping[str, Any]) -> List[Tuple[str, Mapping]]:
@@ -274,11 +371,12 @@ def _inputs(entries: Sequence[Tuple[str, Mapping]], put: Callable[[str, str, Any
 
 
 # ---------------------------------------------------------------- input_shapes
-_SHAPE = re.compile(r"^\s*(?:(?P<name>[^;]+?):)?(?P<dims>\d+(?:\s*x\s*\d+)*)\s*$")
+_SHAPE = re.compile(r"^\s*(?:(?P<name>[^;]+?):)?(?P<dims>\d+(?:\s*[x,]\s*\d+)*)\s*$")
 
 
 def input_shapes(value: Any, input_nodes: Any) -> Any:
-    """``"a:1x3x224x224;b:1x10"``, ``["a:1x3x224x224", ...]`` or ``{a: [1, 3, 224, 224]}``
+    """``"a:1x3x224x224;b:1x10"`` (Ascend: ``"a:1,3,224,224;b:1,10"``), ``["a:1x3x224x224", ...]``
+    or ``{a: [1, 3, 224, 224]}``
     -> one list shape per input node, in ``input_nodes`` order; other forms are returned
     unchanged for :func:`ratelnn.config.normalize` to check."""
     if isinstance(value, str):
@@ -300,8 +398,9 @@ def input_shapes(value: Any, input_nodes: Any) -> Any:
             m = _SHAPE.match(text)
             if not m:
                 raise ConfigError(f"input_shapes must be a list of shapes like [[1, 224, 224, 3]] or "
-                                  f"strings like 'name:1x224x224x3'; the entry {text!r} is neither")
-            dims = [int(d) for d in re.split(r"\s*x\s*", m["dims"])]
+                                  f"strings like 'name:1x224x224x3' or 'name:1,224,224,3' (';' between "
+                                  f"inputs); the entry {text!r} is neither")
+            dims = [int(d) for d in re.split(r"\s*[x,]\s*", m["dims"])]
             if m["name"] is None:
                 positional.append(dims)
             else:

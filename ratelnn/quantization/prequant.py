@@ -10,9 +10,11 @@ fake_quant.py``) into
 - weight steps: constant weights the frontend already replaced by their fake-quantized values
   (on the lattice), param name -> step per element (broadcastable to the param).
 
-:func:`quantize_prequantized` maps them onto the NPU's symmetric arithmetic (zero point 0)
-and returns the quantized IR the compiler takes, like ``quantizer.quantize`` does from
-statistics.  A range the NPU cannot hold is a :class:`QuantizationError` naming its node.
+:func:`quantize_prequantized` maps them onto the NPU's symmetric arithmetic (zero point 0,
+:func:`map_grid`) and returns the quantized IR the compiler takes, like ``quantizer.quantize``
+does from statistics.  A range held differently (an asymmetric one: same lattice, other clamp)
+is named in one UserWarning; a range without a static lattice is a :class:`QuantizationError`
+naming its node.
 """
 from __future__ import annotations
 
@@ -52,35 +54,59 @@ class Grid:
         return f"{self.op} node {self.node!r}"
 
 
-def grid_dtype(grid: Grid) -> str:
-    """The NPU dtype holding ``grid``'s codes: the dtype whose range is ``[lo, hi]``, or within
-    one code of it at each end (TF's nudging puts ``[-a, a]`` at codes ``[-127, 128]`` or
-    ``[-128, 127]``; ``narrow_range`` gives ``[-127, 127]``).  Raises QuantizationError
-    naming the node otherwise (an asymmetric range, fewer than 8 bits, 16 unsigned bits)."""
+@dataclasses.dataclass(frozen=True)
+class GridMapping:
+    """A fake-quant lattice on the NPU: ``qparams``, and ``note`` saying how it differs from the
+    node's (None: the same lattice and clamp, up to the one-code ends of :func:`map_grid`)."""
+
+    qparams: QParams
+    note: Optional[str] = None
+
+
+def map_grid(grid: Grid) -> GridMapping:
+    """The NPU's form of ``grid`` (symmetric: zero at code 0).
+
+    - Exact: the codes ``[lo, hi]`` are a dtype's range, or within one code of it at each end
+      (TF's nudging puts ``[-a, a]`` at codes ``[-127, 128]`` or ``[-128, 127]``;
+      ``narrow_range`` gives ``[-127, 127]``): that dtype at the node's step.
+    - Same lattice, other clamp (an asymmetric range, e.g. ``[-1.3, 2.7]`` -> codes
+      ``[-83, 172]``, or fewer than 8 bits): the narrowest dtype holding the codes at the node's
+      step.  Every value of the range is exact; values beyond it are clipped at the dtype's
+      range instead of the node's (the note says where).
+    - Codes beyond int16 (an asymmetric 16-bit range): int16 over the range's larger side; the
+      note gives the largest error on the node's lattice.
+
+    Raises QuantizationError naming the node for a range without a static lattice or a step
+    that is not a positive finite number."""
     if grid.problem:
         raise QuantizationError(f"{grid.label()}: {grid.problem}")
     if not np.isfinite(grid.scale) or grid.scale <= 0:
         raise QuantizationError(f"{grid.label()}: range {grid.describe} gives step {grid.scale}; "
                                 "the NPU needs a positive finite scale")
+    step = float(np.float32(grid.scale))
     for dtype, (qmin, qmax) in DTYPE_RANGES.items():
         if abs(grid.lo - qmin) <= 1 and abs(grid.hi - qmax) <= 1:
-            return dtype
-    if grid.hi - grid.lo < 254:
-        raise QuantizationError(
-            f"{grid.label()}: range {grid.describe} has {grid.hi - grid.lo + 1} codes [{grid.lo}, "
-            f"{grid.hi}], fewer than 8 bits: the NPU's int8/uint8 would clamp at other codes than "
-            "the fake-quant model; use 8 or 16 bits")
-    raise QuantizationError(
-        f"{grid.label()}: range {grid.describe} puts zero at code {-grid.lo} of codes "
-        f"[{grid.lo}, {grid.hi}] (step {grid.scale:.6g}); the NPU's symmetric arithmetic holds "
-        f"codes [0, 255] (uint8), [-128, 127] (int8) or [-32768, 32767] (int16) with zero at "
-        "code 0, so this asymmetric range cannot be converted exactly. Train with a range "
-        "symmetric about 0 (min = -max) or starting at 0 (min = 0), 8 or 16 bits")
+            return GridMapping(QParams(dtype, step))
+    where = (f"{grid.label()}: range {grid.describe}, codes [{grid.lo}, {grid.hi}] with zero at code "
+             f"{-grid.lo} of {grid.hi - grid.lo + 1}")
+    for dtype, (qmin, qmax) in DTYPE_RANGES.items():
+        if qmin <= grid.lo and grid.hi <= qmax:
+            return GridMapping(QParams(dtype, step), (
+                f"{where}: held as {dtype} at its step {step:.6g}, every value of the range exact; values "
+                f"beyond it are clipped at [{qmin * step:.6g}, {qmax * step:.6g}] instead of "
+                f"[{grid.lo * step:.6g}, {grid.hi * step:.6g}]"))
+    qmin, qmax = DTYPE_RANGES["int16"]
+    wide = float(np.float32(max(-grid.lo, grid.hi) * step / qmax))
+    values = np.arange(grid.lo, grid.hi + 1, dtype=np.float64) * step
+    error = float(np.max(np.abs(values - np.clip(np.rint(values / wide), qmin, qmax) * wide)))
+    return GridMapping(QParams("int16", wide), (
+        f"{where}: mapped onto int16 at step {wide:.6g}, largest error {error:.3g} ({error / step:.2f} of its "
+        "step) on the range's values"))
 
 
 def grid_qparams(grid: Grid) -> QParams:
-    """Per-tensor QParams of ``grid`` (see :func:`grid_dtype`)."""
-    return QParams(grid_dtype(grid), float(np.float32(grid.scale)))
+    """Per-tensor QParams of ``grid`` (see :func:`map_grid`)."""
+    return map_grid(grid).qparams
 
 
 def weight_codes(values: np.ndarray, steps: np.ndarray, axis: int, label: str) -> Tuple[np.ndarray, QParams]:
@@ -218,6 +244,10 @@ def quantize_prequantized(graph: Graph, grids: Mapping[str, Grid], weight_steps:
     if g.meta[FLOAT_LAYERS_META]:
         warnings.warn(f"pre-quantized graph {graph.name!r}: tensors {missing[:10]} have no fake-quant "
                       f"range; layers {g.meta[FLOAT_LAYERS_META]} stay float", UserWarning, stacklevel=3)
+    notes = list(dict.fromkeys(m.note for t in plan.anchors for m in map(map_grid, on[t]) if m.note))
+    if notes:
+        warnings.warn(f"pre-quantized graph {graph.name!r}: ranges the NPU's symmetric arithmetic holds "
+                      f"differently: {'; '.join(notes)}", UserWarning, stacklevel=3)
     for t in plan.anchors:
         g.qparams[t] = _tensor_qparams(t, on[t])
     for t, anchor in plan.shared.items():

@@ -1,7 +1,8 @@
-"""Configuration forms (docs/architecture.md §14): a Pulsar2-style build config (``quant:``,
-``input_processors:``, ``compiler:`` sections, U8/U16/FP32, ONNX op type ``Conv``, a subgraph,
-``"name:NxHxWxC"`` input shapes) builds the trained Fashion-MNIST CNN through the CLI into the
-same engines, byte for byte, as the equivalent native config; and every new ConfigError."""
+"""Configuration forms (docs/architecture.md §14, docs/config-forms.md): a Pulsar2-style build
+config (``quant:``, ``input_processors:``, ``compiler:`` sections, U8/S16/FP32, ONNX op type
+``Conv``, a subgraph, ``"name:NxHxWxC"`` input shapes) builds the trained Fashion-MNIST CNN
+through the CLI into the same engines, byte for byte, as the equivalent native config; the
+layer_configs forms of the Pulsar2 build guide; the generated key tables; every ConfigError."""
 from __future__ import annotations
 
 import json
@@ -47,7 +48,7 @@ def builds(fashion_mnist, fashion_cnn, tmp_path_factory):
         "quant": {"calibration_method": "MSE", "calibration_size": SAMPLES, "precision_analysis": False,
                   "precision_analysis_method": "PerLayer", "precision_analysis_mode": "Reference",
                   "conv_bias_data_type": "S32",
-                  "layer_configs": [{"op_type": "Conv", "data_type": "U16"},
+                  "layer_configs": [{"op_type": "Conv", "data_type": "S16"},
                                     {"layer_name": mean, "data_type": "U8"},
                                     {"start_tensor_names": [concat], "end_tensor_names": outs,
                                      "data_type": "FP32"}]},
@@ -106,9 +107,27 @@ BAD = {
     "quant not a mapping": ({"quant": ["MSE"]}, r"config section 'quant' must be a mapping"),
     "data_type unknown": ({"quant": {"layer_configs": [{"op_type": "Conv", "data_type": "U4"}]}},
                           r"quant.layer_configs\[0\].data_type: 'U4' is not one of"),
-    "data_type and output_data_type differ": (
-        {"layer_configs": [{"layer_name": "a", "data_type": "U16", "output_data_type": "U8"}]},
-        r"layer_configs\[0\]: data_type 'U16' and output_data_type 'uint8' differ"),
+    "16-bit data_type beside output_data_type": (
+        {"layer_configs": [{"layer_name": "a", "data_type": "S16", "output_data_type": "U8"}]},
+        r"layer_configs\[0\] \(layer_name 'a'\): data_type 'S16' beside output_data_type 'uint8' is the "
+        r"layer's input precision, which ratelnn takes from the layer producing that input"),
+    "U16 data_type": ({"quant": {"layer_configs": [{"op_type": "Add", "data_type": "U16"}]}},
+                      r"quant.layer_configs\[0\] \(op_type 'Add'\): data_type 'U16': U16 is unsigned 16-bit "
+                      r"\(codes 0..65535\).*cannot hold it exactly: use S16"),
+    "U16 output_data_type": ({"layer_configs": [{"start_tensor_names": ["a"], "end_tensor_names": ["b"],
+                                                 "output_data_type": "u16"}]},
+                             r"layer_configs\[0\] \(the subgraph \['a'\] -> \['b'\]\): output_data_type "
+                             r"'u16': U16 is unsigned 16-bit.*use S16"),
+    "FP32 weights": ({"quant": {"layer_configs": [{"layer_names": ["c"], "data_type": "U8",
+                                                   "weight_data_type": "FP32"}]}},
+                     r"\(layer_name \['c'\]\): weight_data_type 'FP32': the weights of a layer on the NPU are "
+                     r"int8 \(S8\); to keep the whole layer float give it data_type FP32"),
+    "layer_name and layer_names": ({"layer_configs": [{"layer_name": "a", "layer_names": ["b"],
+                                                       "data_type": "S8"}]},
+                                   r"layer_configs\[0\] gives both layer_name and layer_names"),
+    "op_types not a list": ({"quant": {"layer_configs": [{"op_types": "Conv", "data_type": "S8"}]}},
+                            r"quant.layer_configs\[0\].op_types must be a list"),
+    "input_shapes with an empty dim": ({"input_shapes": "x:16,,4"}, r"the entry 'x:16,,4' is neither"),
     "precision_analysis not a bool": ({"quant": {"precision_analysis": "yes"}},
                                       r"quant.precision_analysis must be true or false, got 'yes'"),
     "precision_analysis_method": ({"quant": {"precision_analysis_method": "Layerwise"}},
@@ -201,3 +220,59 @@ def test_from_file_reads_the_sections(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_base(tmp_path, quant={"calibration_method": "Percentile"})))
     assert normalize(QuantConfig.from_file(path), "tensorflow")["quantize_algorithm"] == "percentile"
+
+
+def test_layer_configs_of_the_build_guide_resolve_to_native_entries(tmp_path):
+    """The guide's forms: a Conv with U8 input and FP32 output (the layer float), the plural
+    ``layer_names``/``op_types``, ``weight_data_type: S8`` (the NPU's weights: nothing to set)."""
+    c = normalize(_base(tmp_path, quant={"layer_configs": [
+        {"op_type": "Conv", "data_type": "U8", "output_data_type": "FP32"},
+        {"layer_names": ["conv_2"], "data_type": "S16", "output_data_type": "S16", "weight_data_type": "S8"},
+        {"op_types": ["Gemm", "Add"], "data_type": "S8"},
+        {"layer_name": "mean", "data_type": "S8", "output_data_type": "U8"}]}), "tensorflow")
+    assert c["layer_configs"] == [{"op_type": "Conv", "data_type": "fp32"},
+                                  {"layer_name": ["conv_2"], "data_type": "int16"},
+                                  {"op_type": ["Gemm", "Add"], "data_type": "int8"},
+                                  {"layer_name": "mean", "data_type": "uint8"}]
+    assert normalize(c, "tensorflow") == c
+
+
+def test_input_shapes_take_commas_between_dims(tmp_path):
+    two = _base(tmp_path, input_nodes=["a", "b:0"], input_shapes="b:2,3;a:16,224,224,3")
+    assert normalize(two, "tensorflow")["input_shapes"] == [[16, 224, 224, 3], [2, 3]]
+    assert normalize(_base(tmp_path, input_shapes=["x:2,4"]), "tensorflow")["input_shapes"] == [[2, 4]]
+    assert normalize(_base(tmp_path, input_shapes="2,4"), "tensorflow")["input_shapes"] == [[2, 4]]
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "config-forms.md"
+BEGIN = "<!-- BEGIN generated: python -m ratelnn.config_tables --markdown -->"
+END = "<!-- END generated -->"
+
+
+def test_docs_key_tables_are_generated_from_the_resolvers_tables():
+    from ratelnn import config_tables
+
+    text = DOC.read_text()
+    assert BEGIN in text and END in text, f"{DOC} lost its generated-table markers"
+    committed = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+    assert committed == config_tables.markdown_tables(), (
+        "docs/config-forms.md is out of date: paste `python -m ratelnn.config_tables --markdown` between its markers")
+
+
+def test_every_key_has_one_status_and_the_ignored_ones_are_named_with_their_reason(tmp_path, monkeypatch):
+    """No key is both mapped and ignored; a Pulsar2 key without effect is named in the one
+    warning with the reason the table gives."""
+    from ratelnn import config_forms, config_tables
+
+    rows = list(config_tables.pulsar2_rows()) + list(config_tables.ascend_rows())
+    keys = [key for key, _, _ in rows]
+    assert len(keys) == len(set(keys))
+    assert {status for _, _, status in rows} == {config_forms.MAPPED, config_forms.IGNORED, config_forms.REFUSED}
+    monkeypatch.setattr(ratelnn.config, "_warned_unknown", set())
+    with pytest.warns(UserWarning) as caught:
+        normalize(_base(tmp_path, target_hardware="AX650", quant={"enable_smooth_quant": True, "junk": 1}),
+                  "tensorflow")
+    assert [str(w.message) for w in caught] == [
+        "ratelnn: unknown config keys kept and ignored: quant.junk; keys of other toolchains without effect "
+        "here: target_hardware: ratelnn builds for its own NPU (device_info); quant.enable_smooth_quant: no "
+        "SmoothQuant here; equalization is cross-layer equalization"]

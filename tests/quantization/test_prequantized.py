@@ -1,7 +1,8 @@
 """Pre-quantized (quantization-aware-trained) TensorFlow graphs compile from their own
 fake-quant ranges, without calibration (docs/quantization.md "Importing pre-quantized (QAT)
 graphs"): a QAT CNN trained here with FakeQuantWithMinMaxVars(PerChannel), the same weights as
-a QuantizeAndDequantizeV2/V4 graph, exact weight codes, TF's nudging, and the errors."""
+a QuantizeAndDequantizeV2/V4 graph, exact weight codes, TF's nudging, asymmetric ranges held on
+their own lattice, and the errors."""
 from __future__ import annotations
 
 import warnings
@@ -14,7 +15,7 @@ from helpers.qat import run_graph, train_qat_cnn
 from ratelnn.errors import QuantizationError
 from ratelnn.frontend.tensorflow import converter, freeze_keras
 from ratelnn.frontend.tensorflow.fake_quant import nudge
-from ratelnn.quantization.prequant import Grid, grid_dtype
+from ratelnn.quantization.prequant import Grid, map_grid
 
 EVAL_IMAGES = 2000
 
@@ -165,28 +166,48 @@ def test_one_code_off_range_differs_only_where_the_input_saturates(tmp_path):
     assert off[saturated].max() > off[~saturated].max()
 
 
-@pytest.mark.parametrize("act_op, node", [
-    (lambda x: tf.quantization.fake_quant_with_min_max_vars(x, -1.3, 2.7, name="asym_fq"), "asym_fq"),
-    (lambda x: tf.quantization.fake_quant_with_min_max_vars(x, -1.0, 1.0, num_bits=4, name="four_bits"), "four_bits"),
-    (lambda x: tf.quantization.quantize_and_dequantize(x, 0.0, 0.0, range_given=False, name="dyn_qdq"), "dyn_qdq"),
-])
-def test_unrepresentable_ranges_name_the_node(tmp_path, act_op, node):
-    graph_def = _one_conv_graph(act_op)
-    with pytest.raises(QuantizationError, match=node):
+def test_a_range_computed_at_run_time_is_an_error_naming_the_node(tmp_path):
+    graph_def = _one_conv_graph(
+        lambda x: tf.quantization.quantize_and_dequantize(x, 0.0, 0.0, range_given=False, name="dyn_qdq"))
+    with pytest.raises(QuantizationError, match="dyn_qdq"):
         converter(graph_def, _small_config(tmp_path)).to_npu(graph_quant=graph_def)
 
 
-@pytest.mark.parametrize("lo, hi, narrow, dtype", [
-    (0.0, 6.0, False, "uint8"),      # codes [0, 255]: exact
-    (-0.01, 6.0, False, "uint8"),    # nudged to [0, 6.01]: exact
-    (0.5, 6.0, False, "uint8"),      # nudged to [0, 5.5]
-    (-1.0, 1.0, False, "int8"),      # nudged to codes [-127, 128]: one code off at the top
-    (-1.0, 127 / 128, False, "int8"),  # codes [-128, 127]: exact
-    (-1.0, 1.0, True, "int8"),       # narrow: codes [-127, 127]
-    (-0.05, 6.0, False, None),       # codes [-2, 253]
-    (-3.0, -1.0, False, None),       # codes [-255, 0]
+@pytest.mark.parametrize("lo, hi, bits, node, dtype", [
+    (-1.3, 2.7, 8, "asym_fq", "int16"),    # codes [-83, 172]: zero point 83
+    (-1.0, 1.0, 4, "four_bits", "int8"),   # codes [-8, 7]
 ])
-def test_nudging_matches_tensorflow(lo, hi, narrow, dtype):
+def test_asymmetric_and_narrow_ranges_keep_their_lattice_and_name_the_clamp(tmp_path, lo, hi, bits, node, dtype):
+    """The NPU holds the node's lattice at its own step in a wider dtype: inputs inside the
+    range give the fake-quant model's outputs (to the one-code rounding ties of any float model);
+    only inputs beyond it, which the node clips and the NPU does not, differ. One warning names
+    the node, the dtype and the clamp."""
+    graph_def = _one_conv_graph(lambda x: tf.quantization.fake_quant_with_min_max_vars(
+        x, lo, hi, num_bits=bits, name=node))
+    with pytest.warns(UserWarning, match=rf"{node}.*held as {dtype} at its step .*values beyond it are clipped"):
+        npu = converter(graph_def, _small_config(tmp_path)).to_npu(graph_quant=graph_def)
+    step_in, zp = nudge(lo, hi, 0, 2 ** bits - 1)
+    inside = np.clip(np.random.default_rng(1).normal(0, 0.8, (64, 8, 8, 4)), -zp * step_in,
+                     (2 ** bits - 1 - zp) * step_in).astype(np.float32)
+    want, got = run_graph(graph_def, {"images:0": inside}, "out:0"), run_graph(npu, {"images:0": inside}, "out:0")
+    off = np.abs(np.rint((got - want) / (4.0 / 255)))
+    assert off.max() <= 1 and np.mean(off == 0) > 0.98
+    beyond = inside * 3   # far outside the range: the node clips, the NPU's wider dtype does not
+    want, got = run_graph(graph_def, {"images:0": beyond}, "out:0"), run_graph(npu, {"images:0": beyond}, "out:0")
+    assert np.abs(np.rint((got - want) / (4.0 / 255))).max() > 1
+
+
+@pytest.mark.parametrize("lo, hi, narrow, dtype, exact", [
+    (0.0, 6.0, False, "uint8", True),      # codes [0, 255]
+    (-0.01, 6.0, False, "uint8", True),    # nudged to [0, 6.01]
+    (0.5, 6.0, False, "uint8", True),      # nudged to [0, 5.5]
+    (-1.0, 1.0, False, "int8", True),      # nudged to codes [-127, 128]: one code off at the top
+    (-1.0, 127 / 128, False, "int8", True),  # codes [-128, 127]
+    (-1.0, 1.0, True, "int8", True),       # narrow: codes [-127, 127]
+    (-0.05, 6.0, False, "int16", False),   # codes [-2, 253]: the same lattice in int16
+    (-3.0, -1.0, False, "int16", False),   # codes [-255, 0]
+])
+def test_nudging_matches_tensorflow(lo, hi, narrow, dtype, exact):
     qmin = 1 if narrow else 0
     step, zp = nudge(lo, hi, qmin, 255)
     x = np.linspace(-8, 8, 20001, dtype=np.float32)
@@ -194,12 +215,20 @@ def test_nudging_matches_tensorflow(lo, hi, narrow, dtype):
     codes = np.rint(y / step)
     assert (codes.min(), codes.max()) == (qmin - zp, 255 - zp)
     assert np.max(np.abs(y - codes * step)) <= 1e-6
-    grid = Grid("n", "FakeQuantWithMinMaxVars", float(step), int(qmin - zp), int(255 - zp), f"[{lo}, {hi}]")
-    if dtype is None:
-        with pytest.raises(QuantizationError, match="asymmetric"):
-            grid_dtype(grid)
-    else:
-        assert grid_dtype(grid) == dtype
+    mapped = map_grid(Grid("n", "FakeQuantWithMinMaxVars", float(step), int(qmin - zp), int(255 - zp), f"[{lo}, {hi}]"))
+    assert mapped.qparams.dtype == dtype and mapped.qparams.scale == np.float32(step)
+    assert (mapped.note is None) == exact
+
+
+def test_an_asymmetric_16_bit_range_maps_onto_int16_with_its_error():
+    """Codes [-20000, 45535] do not fit int16 at their step: int16 over the larger side, the
+    largest error on the range's values reported (at most half the new step)."""
+    step = 1e-3
+    mapped = map_grid(Grid("n", "FakeQuantWithMinMaxVars", step, -20000, 45535, "[-20, 45.535]"))
+    wide = 45535 * step / 32767
+    assert mapped.qparams.dtype == "int16" and np.isclose(mapped.qparams.scale, wide, rtol=1e-6)
+    error = float(mapped.note.split("largest error ")[1].split(" ")[0])
+    assert 0.4 * wide < error <= 0.5 * wide * 1.001   # the note rounds to 3 digits
 
 
 def test_fully_ranged_graph_compiles_without_warnings(tmp_path):
