@@ -306,37 +306,19 @@ class _CompiledRunner:
     tensor named after an IR tensor of ``wanted`` as dequantized float."""
 
     def __init__(self, compiled, wanted) -> None:
-        from .npu.engine import Engine
         self.graph = compiled
         self.wanted = set(wanted)
-        self.engines = {n.name: Engine.from_bytes(n.attrs["engine"], label=n.attrs.get("engine_name", n.name))
-                        for n in compiled.nodes if n.op == "Engine"}
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        from .ir.evaluate import evaluate_node
-        from .npu.reference import run_reference
-        values = {k: np.asarray(v) for k, v in self.graph.params.items()}
-        values.update((t, np.asarray(feeds[t])) for t in self.graph.inputs)
+        from .compiler.run import compiled_values, in_ir_layout, ir_tensor_of
         captured: Dict[str, np.ndarray] = {}
 
-        def record(spec, codes) -> None:
-            name, nhwc = (spec.name[:-5], True) if spec.name.endswith("/nhwc") else (spec.name, False)
+        def record(engine, layer, spec, codes) -> None:
+            name, nhwc = ir_tensor_of(spec.name)
             if name in self.wanted and (name not in captured or not nhwc):
-                real = codes.astype(np.float32) * np.float32(spec.scale)
-                captured[name] = real.transpose(0, 3, 1, 2) if nhwc else real
+                captured[name] = in_ir_layout(codes.astype(np.float32) * np.float32(spec.scale), nhwc)
 
-        for node in self.graph.nodes:
-            args = [values[t] for t in node.inputs]
-            if node.op == "Engine":
-                engine = self.engines[node.name]
-                inputs, _ = engine.check_inputs(args)
-                for spec, codes in zip(engine.inputs, inputs):
-                    record(spec, codes)
-                results = run_reference(engine, inputs,
-                                        lambda ins, codes, e=engine: record(e.tensors[ins.outputs[0]], codes))
-            else:
-                results = evaluate_node(node, args)
-            values.update(zip(node.outputs, results))
+        values = compiled_values(self.graph, feeds, capture=record)
         for t in self.wanted - set(captured):
             info = self.graph.tensors.get(t)
             if t in values and (info is None or info.dtype == "float32"):

@@ -130,27 +130,40 @@ class ConvertImpl:
         return self.handler.export_graph(compiled)
 
     def _compiler_check(self, qgraph: Graph, compiled: Graph):
-        """``compiler_check`` (docs/multi-batch.md): the engines against the quantized model on
-        the first rows of the calibration sample :meth:`calibrate` keeps in ``output_dir``
-        (as many as the compiled batch), else on inputs drawn uniformly (seed 0) from each
-        input's calibrated range; the report is also written to
-        ``output_dir/compiler_check.json``.  A mismatch raises CompileError."""
+        """``compiler_check`` (docs/multi-batch.md): the compiled model against the quantized
+        model on a sample of as many rows as the compiled batch: from ``compiler_check_data``
+        (any calibration data form) when set, else the calibration sample :meth:`calibrate`
+        keeps in ``output_dir``, else inputs drawn uniformly (seed 0) from each input's
+        calibrated range; the report is also written to ``output_dir/compiler_check.json``.
+        A mismatch raises CompileError."""
         import os
 
         from .compiler.check import check_compiled, report_json
         from .fileio import write_atomic
-        from .calibration.sample import read_sample
-        kept = read_sample(self.config["output_dir"], self.fingerprint) or {}
-        rows = qgraph.shape(qgraph.inputs[0])[0] if qgraph.inputs else None
-        feeds = {t: np.asarray(kept[t])[:rows] for t in qgraph.inputs if t in kept}
-        sample = f"{rows} rows of the calibration sample"
-        if (not rows or len(feeds) != len(qgraph.inputs)
-                or any(feeds[t].shape != tuple(qgraph.shape(t)) for t in qgraph.inputs)):
-            feeds, sample = _random_feeds(qgraph), "uniform in the calibrated input ranges (seed 0)"
-        report = check_compiled(qgraph, compiled, self.config, feeds, self.config["compiler_check"], sample)
+        feeds, sample = self._check_sample(qgraph)
+        report = check_compiled(qgraph, compiled, self.config, feeds, sample, self.device_info)
         os.makedirs(self.config["output_dir"], exist_ok=True)
         write_atomic(os.path.join(self.config["output_dir"], "compiler_check.json"), report_json(report).encode())
         return report
+
+    def _check_sample(self, qgraph: Graph) -> tuple:
+        """(feeds, description) of the compiler check's sample (:meth:`_compiler_check`)."""
+        from .calibration.sample import read_sample
+        rows = qgraph.shape(qgraph.inputs[0])[0] if qgraph.inputs else None
+        given = self.config.get("compiler_check_data")
+        if given is not None:
+            batch = next(iter(self.calibration_data(given, rows)), None)
+            if batch is None:
+                from .errors import CalibrationError
+                raise CalibrationError(f"config key 'compiler_check_data' ({given}) holds no sample")
+            return ({t: np.asarray(v)[:batch.size] for t, v in batch.feeds.items()},
+                    f"{batch.size} rows of {given}")
+        kept = read_sample(self.config["output_dir"], self.fingerprint) or {}
+        feeds = {t: np.asarray(kept[t])[:rows] for t in qgraph.inputs if t in kept}
+        if (not rows or len(feeds) != len(qgraph.inputs)
+                or any(feeds[t].shape != tuple(qgraph.shape(t)) for t in qgraph.inputs)):
+            return _random_feeds(qgraph), "uniform in the calibrated input ranges (seed 0)"
+        return feeds, f"{rows} rows of the calibration sample"
 
     def calibration_data(self, data: Any, batch_size: Optional[int] = None):
         """``data`` (array, dict, iterable, or .npy/.bin/.tar path) as batches of feed dicts

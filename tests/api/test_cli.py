@@ -341,6 +341,7 @@ def test_build_and_run_a_multi_batch_model_with_the_compiler_check(tiny, tmp_pat
     out = capsys.readouterr().out
     assert code == 0
     assert "compiled batch 1: latency" in out and "compiled batch 4: latency" in out
-    assert "compiler_check 1: sample 4 rows of the calibration sample" in out and "cosine" in out
+    assert "compiler_check 1 (all close: |compiled - quantized| <= 0 + 1e-05 |quantized|), CheckOutput: sample 4 rows " \
+        "of the calibration sample" in out and "cosine" in out
     assert main(["run", str(out_dir / "tiny_npu.pb"), "--input", str(tiny["npy"])]) == 0
     assert "split over the compiled batch sizes [1, 4]" in capsys.readouterr().out
