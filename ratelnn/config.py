@@ -52,7 +52,7 @@ DEFAULTS: Dict[str, Any] = {
     "compiler_check_data": None,
     # precision analysis (docs/quantization.md)
     "precision_analysis": False,
-    "precision_analysis_method": "EndToEnd",
+    "precision_analysis_method": "PerLayer",
     "precision_analysis_mode": "Reference",
     "precision_analysis_data": None,   # data analyze() and the CLI use (default: the calibration data)
     "conv_bias_data_type": "int32",   # the NPU adds the bias in the int32 accumulator

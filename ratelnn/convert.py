@@ -222,7 +222,7 @@ class ConvertImpl:
         feeds = {k: np.asarray(v)[:batch.size] for k, v in batch.feeds.items()}
         return keep_sample(self.config["output_dir"], self.fingerprint, feeds, limit)
 
-    def analyze(self, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
+    def analyze(self, data: Any = None, against: Optional[str] = None, batch_size: Optional[int] = None,
                 max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
                 method: Optional[str] = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
@@ -230,9 +230,10 @@ class ConvertImpl:
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
         ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
         ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``.
+        ``data`` None: the config's ``precision_analysis_data``, else its ``calibration_data``.
         Defaults from config ``precision_analysis_mode`` (Reference: quant, NPUBackend: npu)
-        and ``precision_analysis_method`` (EndToEnd, or PerLayer: each layer also fed the
-        float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
+        and ``precision_analysis_method`` (PerLayer: each layer also fed the float inputs, or
+        EndToEnd; docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
         return analyze(self, data, against, batch_size, max_batches, progress, executor, method)
 

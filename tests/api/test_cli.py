@@ -218,7 +218,8 @@ def test_mxnet_checkpoint_build_inspect_and_run(tmp_path, capsys):
     assert main(["build", str(tmp_path / "cfg.yaml"), "--model", str(tmp_path / "mxnet"), "--data",
                  str(tmp_path / "x.npy"), "--forms", "quant,npu", "--no-progress"]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_file()) == [
-        "mxtiny_build.json", "mxtiny_effective_config.json", "mxtiny_npu-0000.params", "mxtiny_npu-symbol.json", "mxtiny_quant-0000.params", "mxtiny_quant-symbol.json"]
+        "mxtiny_build.json", "mxtiny_effective_config.json", "mxtiny_npu-0000.params", "mxtiny_npu-symbol.json",
+        "mxtiny_quant-0000.params", "mxtiny_quant-symbol.json", "mxtiny_quant_table.json"]
     prefix = str(tmp_path / "out" / "mxtiny_npu")
     capsys.readouterr()
     assert main(["inspect", prefix, "--json"]) == 0

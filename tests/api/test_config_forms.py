@@ -197,12 +197,12 @@ def test_section_forms_resolve_to_flat_keys_with_one_warning(tmp_path, monkeypat
 def test_pulsar2_check_and_sample_keys_resolve(tmp_path):
     """compiler.check_mode / check_rtol / check_atol / check_cosine_simularity (Pulsar2's
     spelling) / input_sample_dir and quant.input_sample_dir -> the flat keys; defaults as
-    Pulsar2's (check mode CheckOutput, rtol 1e-5, atol 0)."""
+    Pulsar2's (precision analysis PerLayer, check mode CheckOutput, rtol 1e-5, atol 0)."""
     from ratelnn.config import normalize
     base = {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[2, 4]], "output_dir": str(tmp_path)}
     c = normalize(dict(base), "tensorflow")
-    assert (c["compiler_check_mode"], c["compiler_check_rtol"],
-            c["compiler_check_atol"], c["compiler_check_cosine"]) == ("CheckOutput", 1e-5, 0, 0.999)
+    assert (c["precision_analysis_method"], c["compiler_check_mode"], c["compiler_check_rtol"],
+            c["compiler_check_atol"], c["compiler_check_cosine"]) == ("PerLayer", "CheckOutput", 1e-5, 0, 0.999)
     c = normalize(dict(base, quant={"input_sample_dir": "analysis/"},
                        compiler={"check": 3, "check_mode": "CheckPerLayer", "check_rtol": 1e-3, "check_atol": 0.01,
                                  "check_cosine_simularity": 0.99, "input_sample_dir": "check/"}), "tensorflow")
