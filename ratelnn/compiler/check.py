@@ -30,8 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..ir import Graph
-from ..npu.engine import quantize_real
+from ..ir import Graph, arith
 from .check_quantized import CodeMatch, QuantizedCodes, check_layers, check_native, quantized_outputs
 from .compile import CompileError, compile_graph
 from .run import compiled_values, in_ir_layout, ir_tensor_of, run_compiled
@@ -192,7 +191,7 @@ def check_compiled(qgraph: Graph, compiled: Graph, config: Mapping[str, Any], fe
     quantized = check_layers(q, golden)
     check_native(q, compiled)
     golden_values, golden_codes = _layer_codes(golden, feeds)
-    cfeeds = _compiled_feeds(compiled, feeds)
+    cfeeds = _compiled_feeds(compiled, feeds, config.get("round_mode", "half_away_from_zero"))
     model = run_compiled(compiled, cfeeds, backend="native")
     outputs = [tol.match("", "", t, model[t], golden_values[t]) for t in compiled.outputs]
     layers: List[TensorMatch] = []
@@ -213,12 +212,14 @@ def check_compiled(qgraph: Graph, compiled: Graph, config: Mapping[str, Any], fe
                        quantized, cosine)
 
 
-def _compiled_feeds(compiled: Graph, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """``feeds`` for the compiled graph: integer inputs (``remove_input_quant``) get codes."""
+def _compiled_feeds(compiled: Graph, feeds: Mapping[str, np.ndarray], round_mode: str) -> Dict[str, np.ndarray]:
+    """``feeds`` for the compiled graph: integer inputs (``remove_input_quant``) get the codes
+    the quantized model's ``Quant`` gives them."""
     out = {}
     for t in compiled.inputs:
         qp, dtype = compiled.qparams.get(t), compiled.tensors[t].dtype
-        out[t] = feeds[t] if dtype == "float32" or qp is None else quantize_real(feeds[t], float(qp.scale), dtype)
+        out[t] = feeds[t] if dtype == "float32" or qp is None else arith.quantize(feeds[t], qp.scale, dtype, None,
+                                                                                  round_mode)
     return out
 
 

@@ -201,3 +201,24 @@ def test_check_data_gives_the_sample(calibrated, tmp_path):
     np.save(folder / "s0.npy", rng.random((8, 8, 4), dtype=np.float32))   # the first sample, of a wrong shape
     with pytest.raises(ratelnn.errors.RatelError, match="s0.npy"):
         c.to_npu()
+
+
+def test_integer_input_model_passes_level_2(calibrated, tmp_path, monkeypatch):
+    """``remove_input_quant``: the compiled model takes the input's codes, made as the
+    quantized model's Quant makes them: on inputs exactly halfway between two codes, with
+    ``round_mode: half_to_even``, rounding half away from zero instead would differ."""
+    monkeypatch.chdir(tmp_path)          # input_quant_nodes.txt is also written to the working directory
+    c = calibrated
+    qgraph = c.quantized_ir()
+    scale = np.float32(qgraph.qparams[qgraph.inputs[0]].scale)
+    halves = (np.random.default_rng(2).integers(0, 100, (2, 8, 8, 3)) + np.float32(0.5)) * scale
+    assert np.all((halves.astype(np.float32) / scale) % 1 == 0.5)     # exactly halfway in float32
+    folder = tmp_path / "halves"
+    folder.mkdir()
+    for k, x in enumerate(halves.astype(np.float32)):
+        np.save(folder / f"{k}.npy", x)
+    c.config.update(compiler_check=2, compiler_check_mode="CheckPerLayer", remove_input_quant=True,
+                    round_mode="half_to_even", compiler_check_data=str(folder))
+    c.to_npu()
+    report = c.compiler_check_report
+    assert report.layers and all(r.passed and r.equal == 1.0 for r in report.layers + report.outputs)
