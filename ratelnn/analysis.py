@@ -266,11 +266,11 @@ class Report:
         return dataclasses.asdict(self)
 
     def to_json(self, path: Optional[str] = None) -> str:
-        """The report as JSON text (also written to ``path`` if given)."""
+        """The report as JSON text (also written to ``path`` if given, atomically)."""
         text = json.dumps(self.to_dict(), indent=1)
         if path is not None:
-            with open(path, "w") as f:
-                f.write(text)
+            from .fileio import write_atomic
+            write_atomic(path, text.encode())
         return text
 
     @classmethod

@@ -87,7 +87,8 @@ def quant_layer_table(rows: List[LayerQuant], report: Optional[Report]) -> Table
     title = "Quant Layer Table" if report is None else \
         f"Quant Precision Table [{report.method} {'Reference' if report.against == 'quant' else 'NPUBackend'}]"
     caption = None if report is None else f"float vs {report.against} on {report.num_samples} samples" + (
-        "; Cosine, SQNR: each layer fed the float model's inputs; EndToEnd: the model's own values" if per_layer else "")
+        "; Cosine, SQNR: each layer fed the float model's inputs; EndToEnd: the model's own values"
+        if per_layer else "")
     table = Table(title=title, caption=caption)
     for column in ("Layer", "Op", "Output", "Shape", "DType", "Scale", "Weights"):
         table.add_column(column, overflow="fold")

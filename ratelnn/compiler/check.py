@@ -60,7 +60,8 @@ class TensorMatch:
     def describe(self) -> str:
         where = f"engine {self.engine!r}, layer {self.layer!r}: output {self.tensor!r}" if self.layer \
             else f"model output {self.tensor!r}"
-        codes = f"up to {self.max_code_diff} code{'' if self.max_code_diff == 1 else 's'}, " if self.max_code_diff is not None else ""
+        codes = "" if self.max_code_diff is None else \
+            f"up to {self.max_code_diff} code{'' if self.max_code_diff == 1 else 's'}, "
         return (f"{where} differs from the quantized model by {codes}max |diff| {self.max_abs_diff:.6g}, "
                 f"cosine {self.cosine:.6f} ({self.failed} of {self.size} values fail)")
 
@@ -134,7 +135,8 @@ class CheckReport:
             worst = max(r.max_diff for r in self.quantized)
             lines.append(f"  {len(self.quantized)} layers fed the QDQ model's codes: within {worst} code(s) of it, "
                          f"min bit-equal fraction {min(r.equal for r in self.quantized):.4f}")
-        lines += [f"  model output {t}: cosine {c:.6f} (compiled vs QDQ quantized model)" for t, c in self.cosine.items()]
+        lines += [f"  model output {t}: cosine {c:.6f} (compiled vs QDQ quantized model)"
+                  for t, c in self.cosine.items()]
         return "\n".join(lines)
 
 
@@ -184,8 +186,8 @@ def check_compiled(qgraph: Graph, compiled: Graph, config: Mapping[str, Any], fe
     ``_atol`` and ``_cosine``; raises :class:`CompileError` on a mismatch, else returns the
     :class:`CheckReport`."""
     level, mode = int(config["compiler_check"]), config.get("compiler_check_mode", "CheckOutput")
-    tol = Tolerance(level, float(config.get("compiler_check_rtol", 1e-5)), float(config.get("compiler_check_atol", 0.0)),
-                    float(config.get("compiler_check_cosine", 0.999)))
+    tol = Tolerance(level, float(config.get("compiler_check_rtol", 1e-5)),
+                    float(config.get("compiler_check_atol", 0.0)), float(config.get("compiler_check_cosine", 0.999)))
     golden = golden_graph(qgraph, config, device_info)
     q = QuantizedCodes(qgraph, config, feeds)
     quantized = check_layers(q, golden)
@@ -199,12 +201,13 @@ def check_compiled(qgraph: Graph, compiled: Graph, config: Mapping[str, Any], fe
         layers = _layer_matches(tol, compiled, cfeeds, golden_codes)
     failed = [r for r in outputs + layers if not r.passed]
     if failed:
-        first_layer = next((r for r in layers if not r.passed), None)
+        first = next((r for r in layers if not r.passed), None)
+        near = next((r for r in layers if r.equal < 1.0), None) if first is None else None
         what = "; ".join(r.describe() for r in outputs if not r.passed)
         raise CompileError(
-            f"compiler_check {level} ({tol.describe()}, {mode}) failed on {sample}: "
-            + (what + "; " if what else "")
-            + (f"the first layer that differs: {first_layer.describe()}" if first_layer else
+            f"compiler_check {level} ({tol.describe()}, {mode}) failed on {sample}: " + (what + "; " if what else "")
+            + (f"the first layer that differs: {first.describe()}" if first is not None else
+               f"the first layer that differs (within the tolerance): {near.describe()}" if near is not None else
                "no engine layer differs: the difference arises outside the engines"))
     qdq = quantized_outputs(q, list(compiled.outputs))
     cosine = {t: _cosine(model[t], qdq[t]) for t in compiled.outputs}

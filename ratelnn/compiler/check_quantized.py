@@ -129,7 +129,8 @@ def check_layers(q: QuantizedCodes, golden: Graph) -> List[CodeMatch]:
     row per layer.  Raises :class:`CompileError` naming the layer otherwise."""
     sets = _engine_sets(golden)
     q.fetch([ir_tensor_of(t.name)[0] for _, engines in sets for t in engines[0].tensors])
-    return [row for label, engines in sets for row in _check_layers(label, engines[0], _inputs(q, label, engines[0]), q)]
+    return [row for label, engines in sets
+            for row in _check_layers(label, engines[0], _inputs(q, label, engines[0]), q)]
 
 
 def check_native(q: QuantizedCodes, compiled: Graph) -> None:

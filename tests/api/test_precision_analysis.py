@@ -220,7 +220,8 @@ def test_precision_analysis_runs_on_the_config_dataset(tmp_path, capsys):
         assert by_layer[r.name]["per_layer_cosine"] == r.per_layer_cosine
         assert by_layer[r.name]["dtype"] == r.dtype and by_layer[r.name]["scale"] > 0
     convs = [row for row in table["layers"] if row["op"] == "Conv2D"]
-    assert [(row["weight_dtype"], len(row["weight_scales"])) for row in convs] == [("int8", 8), ("int8", 8), ("int8", 6)]
+    assert [(row["weight_dtype"], len(row["weight_scales"])) for row in convs] == \
+        [("int8", 8), ("int8", 8), ("int8", 6)]
 
 
 def test_precision_analysis_reads_its_own_sample_dir(tmp_path, capsys):
