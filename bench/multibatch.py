@@ -111,9 +111,11 @@ def main() -> None:
         "",
     ]
     if report is not None:
-        lines += [f"`compiler_check: 1` at build: {len(report.outputs)} engine output(s) within 1 code of the "
-                  f"quantized model (min bit-equal fraction {min(r.equal for r in report.outputs):.4f}), model-output "
-                  "cosine " + ", ".join(f"{c:.6f}" for c in report.cosine.values()) + f" (sample: {report.sample}).",
+        lines += [f"`compiler_check: 1` at build ({report.criterion}, {report.mode}): model outputs against the "
+                  f"quantized model's integer form equal in {min(r.equal for r in report.outputs):.4f} of values, max "
+                  f"|diff| {max(r.max_abs_diff for r in report.outputs):.3g}; {len(report.quantized)} layers within "
+                  f"{max(r.max_diff for r in report.quantized)} code(s) of the QDQ model; model-output cosine to the "
+                  "QDQ model " + ", ".join(f"{c:.6f}" for c in report.cosine.values()) + f" (sample: {report.sample}).",
                   ""]
     lines += ["| batch n | run split (multi) | host samples/s multi | host samples/s single | "
               "device samples/s multi | device samples/s single |",

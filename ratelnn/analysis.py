@@ -198,7 +198,7 @@ class Report:
     without (``"without"``) and with (``"with"``) the suggestions kept, and how many of the
     suggestions found were dropped because they lowered either (``"dropped"``); empty when
     nothing was suggested.
-    ``method``: ``"EndToEnd"``, or ``"PerLayer"`` when the rows also hold the per-layer columns.
+    ``method``: ``"PerLayer"`` when the rows also hold the per-layer columns, else ``"EndToEnd"``.
     """
 
     against: str
@@ -236,8 +236,12 @@ class Report:
                                    for j, (c, w) in enumerate(zip(row, widths))))
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
-        for out, sim in self.output_similarity.items():
-            lines.append(f"output {out}: " + ", ".join(f"{k} {v:.6g}" for k, v in sim.items()))
+        return "\n".join(lines + self.summary_lines())
+
+    def summary_lines(self) -> List[str]:
+        """The lines of :meth:`table` after the rows: output similarity, suggestions."""
+        lines = [f"output {out}: " + ", ".join(f"{k} {v:.6g}" for k, v in sim.items())
+                 for out, sim in self.output_similarity.items()]
         check = self.suggestion_check
         if check:
             w, wo = check["with"], check["without"]
@@ -253,7 +257,7 @@ class Report:
                          "recovers them without lowering the output SQNR: nothing to suggest")
         else:
             lines.append(f"no layer loses more than {SUGGEST_DROP_DB:g} dB of SQNR: nothing to suggest")
-        return "\n".join(lines)
+        return lines
 
     def __str__(self) -> str:
         return self.table()
@@ -262,11 +266,11 @@ class Report:
         return dataclasses.asdict(self)
 
     def to_json(self, path: Optional[str] = None) -> str:
-        """The report as JSON text (also written to ``path`` if given)."""
+        """The report as JSON text (also written to ``path`` if given, atomically)."""
         text = json.dumps(self.to_dict(), indent=1)
         if path is not None:
-            with open(path, "w") as f:
-                f.write(text)
+            from .fileio import write_atomic
+            write_atomic(path, text.encode())
         return text
 
     @classmethod
@@ -306,37 +310,19 @@ class _CompiledRunner:
     tensor named after an IR tensor of ``wanted`` as dequantized float."""
 
     def __init__(self, compiled, wanted) -> None:
-        from .npu.engine import Engine
         self.graph = compiled
         self.wanted = set(wanted)
-        self.engines = {n.name: Engine.from_bytes(n.attrs["engine"], label=n.attrs.get("engine_name", n.name))
-                        for n in compiled.nodes if n.op == "Engine"}
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        from .ir.evaluate import evaluate_node
-        from .npu.reference import run_reference
-        values = {k: np.asarray(v) for k, v in self.graph.params.items()}
-        values.update((t, np.asarray(feeds[t])) for t in self.graph.inputs)
+        from .compiler.run import compiled_values, in_ir_layout, ir_tensor_of
         captured: Dict[str, np.ndarray] = {}
 
-        def record(spec, codes) -> None:
-            name, nhwc = (spec.name[:-5], True) if spec.name.endswith("/nhwc") else (spec.name, False)
+        def record(engine, layer, spec, codes) -> None:
+            name, nhwc = ir_tensor_of(spec.name)
             if name in self.wanted and (name not in captured or not nhwc):
-                real = codes.astype(np.float32) * np.float32(spec.scale)
-                captured[name] = real.transpose(0, 3, 1, 2) if nhwc else real
+                captured[name] = in_ir_layout(codes.astype(np.float32) * np.float32(spec.scale), nhwc)
 
-        for node in self.graph.nodes:
-            args = [values[t] for t in node.inputs]
-            if node.op == "Engine":
-                engine = self.engines[node.name]
-                inputs, _ = engine.check_inputs(args)
-                for spec, codes in zip(engine.inputs, inputs):
-                    record(spec, codes)
-                results = run_reference(engine, inputs,
-                                        lambda ins, codes, e=engine: record(e.tensors[ins.outputs[0]], codes))
-            else:
-                results = evaluate_node(node, args)
-            values.update(zip(node.outputs, results))
+        values = compiled_values(self.graph, feeds, capture=record)
         for t in self.wanted - set(captured):
             info = self.graph.tensors.get(t)
             if t in values and (info is None or info.dtype == "float32"):
@@ -627,14 +613,16 @@ def _suggest(conv, stats, rows: List[LayerRow], feeds, float_values, output_sqnr
     return result
 
 
-def analyze(conv, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
+def analyze(conv, data: Any = None, against: Optional[str] = None, batch_size: Optional[int] = None,
             max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
             method: Optional[str] = None) -> Report:
-    """The :class:`Report` of converter ``conv`` on ``data`` (any calibration data form).
+    """The :class:`Report` of converter ``conv`` on ``data`` (any calibration data form; None:
+    the config's ``precision_analysis_data``, else its ``calibration_data``).
 
     ``against``: ``"quant"`` or ``"npu"``; default from config ``precision_analysis_mode``
-    (``Reference`` -> quant, ``NPUBackend`` -> npu).  ``method``: ``"EndToEnd"`` or
-    ``"PerLayer"`` (adds the per-layer columns); default config ``precision_analysis_method``.
+    (``Reference`` -> quant, ``NPUBackend`` -> npu).  ``method``: ``"PerLayer"`` (adds the
+    per-layer columns) or ``"EndToEnd"``; default config ``precision_analysis_method``
+    (PerLayer).
     ``executor``: measure blocks of batches elsewhere, e.g. on the workers of a
     ``ratelnn.distributed.RayExecutor`` (docs/distributed.md); the sums of the shards are
     added in batch order, so the report equals the one-process report up to float64
@@ -646,7 +634,7 @@ def analyze(conv, data: Any, against: Optional[str] = None, batch_size: Optional
     from .config import ConfigError
     from .ir.evaluate import evaluate
     mode = conv.config.get("precision_analysis_mode", "Reference")
-    method = method or conv.config.get("precision_analysis_method", "EndToEnd")
+    method = method or conv.config.get("precision_analysis_method", "PerLayer")
     if mode not in MODES:
         raise ConfigError(f"config key 'precision_analysis_mode' must be one of {tuple(MODES)}, got {mode!r}")
     if method not in METHODS:
@@ -654,6 +642,11 @@ def analyze(conv, data: Any, against: Optional[str] = None, batch_size: Optional
     against = against or MODES[mode]
     if against not in AGAINST:
         raise ValueError(f"against must be one of {AGAINST}, got {against!r}")
+    if data is None:
+        data = conv.config.get("precision_analysis_data") or conv.config.get("calibration_data")
+        if data is None:
+            raise ValueError("analyze() needs data: pass it, or set the config key precision_analysis_data "
+                             "or calibration_data")
     stats = load_statistics(conv.config["output_dir"])
     qgraph = conv.quantize(stats)
     nodes, tensors = _layers(qgraph, conv.config)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from .config_ascend import resolve_ascend
-from .config_forms import PULSAR2_IGNORED, ConfigError, resolve
+from .config_forms import CHECK_LEVELS, CHECK_MODES, PULSAR2_IGNORED, ConfigError, resolve
 
 FRONTENDS = ("tensorflow", "mxnet", "onnx")
 ALGORITHMS = ("naive", "kld", "naive_kld_mix", "percentile", "mse")
@@ -43,11 +43,19 @@ DEFAULTS: Dict[str, Any] = {
     "remove_input_quant": False,
     "static_batch_sizes": [],
     "max_dynamic_batch_size": 0,   # docs/multi-batch.md; 0 = off
-    "compiler_check": 0,           # 0 off, 1 engines + model outputs, 2 also per layer
+    # compiler check (docs/multi-batch.md): 0 off, 1 all close, 2 all equal, 3 cosine, against
+    # the quantized model's integer form, on compiler_check_data (else the calibration sample)
+    "compiler_check": 0,
+    "compiler_check_mode": "CheckOutput",   # CheckOutput | CheckPerLayer
+    "compiler_check_rtol": 1e-5,
+    "compiler_check_atol": 0.0,
+    "compiler_check_cosine": 0.999,
+    "compiler_check_data": None,
     # precision analysis (docs/quantization.md)
     "precision_analysis": False,
-    "precision_analysis_method": "EndToEnd",
+    "precision_analysis_method": "PerLayer",
     "precision_analysis_mode": "Reference",
+    "precision_analysis_data": None,   # data analyze() and the CLI use (default: the calibration data)
     "conv_bias_data_type": "int32",   # the NPU adds the bias in the int32 accumulator
     # graph patches applied right after import (docs/quantization.md "Graph patches")
     "op_processors": [],
@@ -103,7 +111,8 @@ QUANT_CFG_SETTINGS = ("is_per_channel", "num_bits", "data_format")
 
 # keys that hold text: ``--set output_dir=12345`` means the folder "12345", not a number
 STRING_KEYS = ("output_dir", "model_name", "quantize_algorithm", "round_mode", "channel_order",
-               "data_format", "bias_correction")
+               "data_format", "bias_correction", "compiler_check_mode", "compiler_check_data",
+               "precision_analysis_data")
 
 BIAS_CORRECTIONS = ("none", "empirical", "analytic")
 ROUND_MODES = ("half_away_from_zero", "half_to_even", "floor", "ceil", "trunc")
@@ -323,7 +332,10 @@ _SCALARS = {
     "precision_analysis": (bool, None, "true or false"),
     "max_dynamic_batch_size": (numbers.Integral, lambda v: 0 <= v <= MAX_COMPILED_BATCH,
                                f"an integer in 0..{MAX_COMPILED_BATCH} (0 = off)"),
-    "compiler_check": (numbers.Integral, lambda v: v in (0, 1, 2), "0, 1 or 2"),
+    "compiler_check": (numbers.Integral, lambda v: v in CHECK_LEVELS, "0, 1, 2 or 3"),
+    "compiler_check_rtol": (numbers.Real, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "compiler_check_atol": (numbers.Real, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "compiler_check_cosine": (numbers.Real, lambda v: -1 <= v <= 1, "a number in [-1, 1]"),
 }
 
 # key -> accepted values of the keys with a few choices (docs/architecture.md §14)
@@ -331,6 +343,7 @@ _CHOICES = {
     "precision_analysis_method": ("PerLayer", "EndToEnd"),
     "precision_analysis_mode": ("Reference", "NPUBackend"),
     "conv_bias_data_type": ("int32",),
+    "compiler_check_mode": CHECK_MODES,
 }
 
 
@@ -365,11 +378,12 @@ def _check_choices(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"config key 'calibration_format' must be one of "
                               f"{sorted(set(CALIBRATION_FORMATS.values()))} (or a mapping of "
                               f"input name -> one of them), got {fmt!r}")
-    data = cfg["calibration_data"]
-    paths = data.values() if isinstance(data, Mapping) else [data]
-    if data is not None and not all(isinstance(p, (str, os.PathLike)) for p in paths):
-        raise ConfigError(f"config key 'calibration_data' must be a path or a mapping of input name "
-                          f"-> path, got {data!r}")
+    for key in ("calibration_data", "precision_analysis_data", "compiler_check_data"):
+        data = cfg[key]
+        paths = data.values() if isinstance(data, Mapping) else [data]
+        if data is not None and not all(isinstance(p, (str, os.PathLike)) for p in paths):
+            raise ConfigError(f"config key {key!r} must be a path or a mapping of input name "
+                              f"-> path, got {data!r}")
     src = cfg["src_dtype"]
     for value in (src.values() if isinstance(src, Mapping) else [src]):
         if value is not None and value not in set(SRC_DTYPES.values()):

@@ -49,6 +49,8 @@ LAYOUTS = ("NHWC", "NCHW")
 CHANNEL_ORDERS = {"rgb": "RGB", "bgr": "BGR"}   # 1-channel inputs read grayscale anyway
 PRECISION_METHODS = ("PerLayer", "EndToEnd")
 PRECISION_MODES = ("Reference", "NPUBackend")
+CHECK_LEVELS = (0, 1, 2, 3)   # compiler.check: no check, all close, all equal, cosine
+CHECK_MODES = ("CheckOutput", "CheckPerLayer")
 BIAS_TYPES = {"s32": "int32", "int32": "int32"}
 
 _BOOL = (bool, "true or false")
@@ -56,6 +58,7 @@ _INT = (numbers.Integral, "an integer")
 _STR = (str, "a string")
 _LIST = ((list, tuple), "a list")
 _MAP = (Mapping, "a mapping")
+_NUM = (numbers.Real, "a number")
 _NUMS = ((numbers.Real, list, tuple), "a number or a list of numbers (one per channel)")
 
 # section key -> (flat key, expected type, converter); None as flat key: handled by code
@@ -67,12 +70,19 @@ QUANT_KEYS: Dict[str, Tuple[Any, Tuple[Any, str], Any]] = {
     "precision_analysis_method": ("precision_analysis_method", _STR, None),
     "precision_analysis_mode": ("precision_analysis_mode", _STR, None),
     "conv_bias_data_type": ("conv_bias_data_type", _STR, "bias"),
+    "input_sample_dir": ("precision_analysis_data", _STR, None),
     "input_configs": (None, _LIST, None),
 }
 COMPILER_KEYS = {
     "static_batch_sizes": ("static_batch_sizes", _LIST, None),
     "max_dynamic_batch_size": ("max_dynamic_batch_size", _INT, None),
     "check": ("compiler_check", _INT, None),
+    "check_mode": ("compiler_check_mode", _STR, None),
+    "check_rtol": ("compiler_check_rtol", _NUM, None),
+    "check_atol": ("compiler_check_atol", _NUM, None),
+    "check_cosine_simularity": ("compiler_check_cosine", _NUM, None),   # Pulsar2's spelling
+    "check_cosine_similarity": ("compiler_check_cosine", _NUM, None),
+    "input_sample_dir": ("compiler_check_data", _STR, None),
 }
 # input_processors[i] / quant.input_configs[i] key -> per-input flat key
 INPUT_KEYS = {
@@ -180,8 +190,9 @@ def resolve(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Tuple[Dic
             continue
         flat_key, kind, _ = COMPILER_KEYS[key]
         _typed(f"compiler.{key}", value, kind)
-        if key == "check" and value not in (0, 1, 2):
-            raise ConfigError(f"compiler.check must be 0, 1 or 2, got {value!r}")
+        if key == "check" and value not in CHECK_LEVELS:
+            raise ConfigError(f"compiler.check must be 0 (no check), 1 (all close), 2 (all equal) or "
+                              f"3 (cosine), got {value!r}")
         if key == "max_dynamic_batch_size" and value < 0:
             raise ConfigError(f"compiler.max_dynamic_batch_size must be an integer >= 0 (0: off), got {value!r}")
         put(flat_key, f"compiler.{key}", value)

@@ -130,27 +130,40 @@ class ConvertImpl:
         return self.handler.export_graph(compiled)
 
     def _compiler_check(self, qgraph: Graph, compiled: Graph):
-        """``compiler_check`` (docs/multi-batch.md): the engines against the quantized model on
-        the first rows of the calibration sample :meth:`calibrate` keeps in ``output_dir``
-        (as many as the compiled batch), else on inputs drawn uniformly (seed 0) from each
-        input's calibrated range; the report is also written to
-        ``output_dir/compiler_check.json``.  A mismatch raises CompileError."""
+        """``compiler_check`` (docs/multi-batch.md): the compiled model against the quantized
+        model on a sample of as many rows as the compiled batch: from ``compiler_check_data``
+        (any calibration data form) when set, else the calibration sample :meth:`calibrate`
+        keeps in ``output_dir``, else inputs drawn uniformly (seed 0) from each input's
+        calibrated range; the report is also written to ``output_dir/compiler_check.json``.
+        A mismatch raises CompileError."""
         import os
 
         from .compiler.check import check_compiled, report_json
         from .fileio import write_atomic
-        from .calibration.sample import read_sample
-        kept = read_sample(self.config["output_dir"], self.fingerprint) or {}
-        rows = qgraph.shape(qgraph.inputs[0])[0] if qgraph.inputs else None
-        feeds = {t: np.asarray(kept[t])[:rows] for t in qgraph.inputs if t in kept}
-        sample = f"{rows} rows of the calibration sample"
-        if (not rows or len(feeds) != len(qgraph.inputs)
-                or any(feeds[t].shape != tuple(qgraph.shape(t)) for t in qgraph.inputs)):
-            feeds, sample = _random_feeds(qgraph), "uniform in the calibrated input ranges (seed 0)"
-        report = check_compiled(qgraph, compiled, self.config, feeds, self.config["compiler_check"], sample)
+        feeds, sample = self._check_sample(qgraph)
+        report = check_compiled(qgraph, compiled, self.config, feeds, sample, self.device_info)
         os.makedirs(self.config["output_dir"], exist_ok=True)
         write_atomic(os.path.join(self.config["output_dir"], "compiler_check.json"), report_json(report).encode())
         return report
+
+    def _check_sample(self, qgraph: Graph) -> tuple:
+        """(feeds, description) of the compiler check's sample (:meth:`_compiler_check`)."""
+        from .calibration.sample import read_sample
+        rows = qgraph.shape(qgraph.inputs[0])[0] if qgraph.inputs else None
+        given = self.config.get("compiler_check_data")
+        if given is not None:
+            batch = next(iter(self.calibration_data(given, rows)), None)
+            if batch is None:
+                from .errors import CalibrationError
+                raise CalibrationError(f"config key 'compiler_check_data' ({given}) holds no sample")
+            return ({t: np.asarray(v)[:batch.size] for t, v in batch.feeds.items()},
+                    f"{batch.size} rows of {given}")
+        kept = read_sample(self.config["output_dir"], self.fingerprint) or {}
+        feeds = {t: np.asarray(kept[t])[:rows] for t in qgraph.inputs if t in kept}
+        if (not rows or len(feeds) != len(qgraph.inputs)
+                or any(feeds[t].shape != tuple(qgraph.shape(t)) for t in qgraph.inputs)):
+            return _random_feeds(qgraph), "uniform in the calibrated input ranges (seed 0)"
+        return feeds, f"{rows} rows of the calibration sample"
 
     def calibration_data(self, data: Any, batch_size: Optional[int] = None):
         """``data`` (array, dict, iterable, or .npy/.bin/.tar path) as batches of feed dicts
@@ -209,7 +222,7 @@ class ConvertImpl:
         feeds = {k: np.asarray(v)[:batch.size] for k, v in batch.feeds.items()}
         return keep_sample(self.config["output_dir"], self.fingerprint, feeds, limit)
 
-    def analyze(self, data: Any, against: Optional[str] = None, batch_size: Optional[int] = None,
+    def analyze(self, data: Any = None, against: Optional[str] = None, batch_size: Optional[int] = None,
                 max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
                 method: Optional[str] = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
@@ -217,9 +230,10 @@ class ConvertImpl:
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
         ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
         ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``.
+        ``data`` None: the config's ``precision_analysis_data``, else its ``calibration_data``.
         Defaults from config ``precision_analysis_mode`` (Reference: quant, NPUBackend: npu)
-        and ``precision_analysis_method`` (EndToEnd, or PerLayer: each layer also fed the
-        float inputs, docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
+        and ``precision_analysis_method`` (PerLayer: each layer also fed the float inputs, or
+        EndToEnd; docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
         return analyze(self, data, against, batch_size, max_batches, progress, executor, method)
 

@@ -1,5 +1,7 @@
 """``ratelnn build CONFIG --model PATH --data PATH``: calibrate one model, write its cal/quant/npu
-forms, print the NPU profile and, with ``--analyze``, the per-layer precision table."""
+forms with the per-layer quantization table (and, with ``--analyze`` or the config's
+``precision_analysis``, the precision report) as one set, print the NPU profile and the
+quantization tables (docs/cli.md)."""
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from ..fileio import write_atomic
+from . import tables
 from .common import (EXIT_OK, FRAMEWORKS, UsageError, check_model_path, detect_framework,
                      existing, frontend, load_config, load_model, parse_device_info, say,
                      effective_config)
@@ -110,11 +113,14 @@ def build(args) -> int:
         extra["model_name"] = re.sub(r"(\.pb|-symbol\.json|\.json)$", "", args.output_name)
     config = load_config(args.config, framework, args.set, extra)
     data = args.data if args.data is not None else config["calibration_data"]
-    if data is None and (forms != ["cal"] or args.analyze):
+    analysis = args.analyze or config["precision_analysis"]
+    if data is None and (forms != ["cal"] or analysis):
         raise UsageError("--data (or the config's calibration_data / input_processors "
                          "calibration_dataset) is required to calibrate (only --forms cal can do without)")
-    for path in (data.values() if isinstance(data, dict) else [data] if data is not None else []):
-        existing(path, "calibration data")
+    analysis_data = config["precision_analysis_data"] or data   # Pulsar2's quant.input_sample_dir
+    for path, what in ((data, "calibration data"), (analysis_data if analysis else None, "precision analysis data")):
+        for p in (path.values() if isinstance(path, dict) else [path] if path is not None else []):
+            existing(p, what)
     device_info = parse_device_info(args.device_info)
     progress = not args.no_progress
 
@@ -136,8 +142,22 @@ def build(args) -> int:
     for form in forms:
         say(f"making the {form} model")
         models[form] = getattr(conv, f"to_{form}")()
-    effective = {f"{conv.graph.name}_effective_config.json": effective_config(conv.config)}  # docs/cli.md
-    for path in write_forms(output_dir, conv.graph.name, models, frontend(framework).model_io.save_model, effective):
+    name = conv.graph.name
+    files = {f"{name}_effective_config.json": effective_config(conv.config)}  # docs/cli.md
+    report = None
+    if analysis:
+        # --analyze: against the compiled model when it is built; precision_analysis alone:
+        # precision_analysis_mode (Reference: the quantized model, NPUBackend: the compiled one)
+        against = ("npu" if "npu" in forms else "quant") if args.analyze else None
+        report = _analyze(conv, analysis_data, against, args.analyze_batches, progress)
+        if report is not None:
+            files[f"{name}_analysis_{report.against}.json"] = report.to_json().encode()
+    layers = None
+    if data is not None:
+        from ..quantization.summary import layer_quants
+        layers = layer_quants(conv.quantized_ir(), conv.config)
+        files[f"{name}_quant_table.json"] = tables.quant_table_json(conv.config, layers, report)
+    for path in write_forms(output_dir, name, models, frontend(framework).model_io.save_model, files):
         print(f"wrote {path}")
     if "npu" in models:
         from ..profile import compiled_batch_sizes, model_engines, profile, profile_batch_sizes
@@ -155,11 +175,20 @@ def build(args) -> int:
             print("the compiled model has no NPU engine")
     if getattr(conv, "compiler_check_report", None) is not None:
         print(conv.compiler_check_report.table())
-    if args.analyze or (conv.config.get("precision_analysis") and args.data is not None):
-        against = "npu" if "npu" in forms else "quant"
-        report = conv.analyze(data, against=against, max_batches=args.analyze_batches, progress=progress)
-        print(report.table())
-        path = output_dir / f"{conv.graph.name}_analysis_{against}.json"
-        write_atomic(path, report.to_json().encode())
-        print(f"wrote {path}")
+    if layers is not None:
+        tables.print_tables(tables.quant_config_table(conv.config, data), tables.layer_config_table(conv.config),
+                            tables.quant_layer_table(layers, report))
+    if report is not None:
+        print("\n".join(report.summary_lines()))
     return EXIT_OK
+
+
+def _analyze(conv, data: Any, against: Optional[str], batches: int, progress: bool):
+    """The precision report (``ConvertImpl.analyze``) on the first ``batches`` batches; None,
+    with a message on stderr, when the numpy evaluator cannot run the model."""
+    from ..ir.evaluate import EvaluationError
+    try:
+        return conv.analyze(data, against=against, max_batches=batches, progress=progress)
+    except EvaluationError as e:
+        say(f"precision analysis skipped: {e}")
+        return None

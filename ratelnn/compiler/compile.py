@@ -198,8 +198,14 @@ def engine_sets(graph: Graph) -> List[Tuple[str, List[bytes]]]:
     return [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
             for n in graph.nodes if n.op == "Engine"]
 
-def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None) -> Graph:
+def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None,
+                  layer_by_layer: bool = False) -> Graph:
     """The compiled graph of the quantized ``qgraph`` (made by ``quantize``).
+
+    ``layer_by_layer``: every NPU-supported node lowered alone into its own engine
+    (``<model>_layer_<k>``, no regions), engines passing integer codes to each other: the
+    quantized model in the engines' integer arithmetic, layer by layer (what
+    ``compiler_check`` compares the compiled model with).
 
     ``device_info`` (docs/architecture.md §2) picks the device and cores written into every engine
     (default: all cores of device 0).  With ``config["remove_input_quant"]`` the graph
@@ -210,7 +216,7 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     src = qgraph.copy()
     src.toposort()
     plan = make_plan(src, config)
-    regions = find_regions(src, lambda g, n: is_npu_supported(g, n, plan))
+    regions = find_regions(src, lambda g, n: is_npu_supported(g, n, plan), merge=not layer_by_layer)
     placement = resolve_device_info(device_info)
     device_id = next(iter(placement))
     core_ids = placement[device_id]
@@ -235,7 +241,7 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     consumers = src.consumer_map()
     model = _safe_name(src.name)
     for k, region in enumerate(regions):
-        name = f"{model}_engine_{k}"
+        name = f"{model}_{'layer' if layer_by_layer else 'engine'}_{k}"
         try:
             engine = lower_region(src, region, name, device_id, core_ids)
         except RatelError:

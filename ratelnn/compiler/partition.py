@@ -24,8 +24,9 @@ class Region:
     outputs: List[str]  # tensors produced inside and read outside it or graph outputs
 
 
-def find_regions(graph: Graph, is_supported: Callable[[Graph, Node], bool]) -> List[Region]:
-    """Maximal acyclic regions of nodes for which ``is_supported(graph, node)`` holds.
+def find_regions(graph: Graph, is_supported: Callable[[Graph, Node], bool], merge: bool = True) -> List[Region]:
+    """Maximal acyclic regions of nodes for which ``is_supported(graph, node)`` holds
+    (``merge=False``: one region per supported node).
 
     ``graph.nodes`` must be topologically sorted.  Returns regions in topological order
     of their first node.
@@ -77,7 +78,7 @@ def find_regions(graph: Graph, is_supported: Callable[[Graph, Node], bool]) -> L
         cluster[max(ri, rj)] = min(ri, rj)
         return True
 
-    changed = True
+    changed = merge
     while changed:
         changed = False
         for i in range(len(nodes)):  # producer -> consumer edges

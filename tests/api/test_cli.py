@@ -218,7 +218,8 @@ def test_mxnet_checkpoint_build_inspect_and_run(tmp_path, capsys):
     assert main(["build", str(tmp_path / "cfg.yaml"), "--model", str(tmp_path / "mxnet"), "--data",
                  str(tmp_path / "x.npy"), "--forms", "quant,npu", "--no-progress"]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_file()) == [
-        "mxtiny_build.json", "mxtiny_effective_config.json", "mxtiny_npu-0000.params", "mxtiny_npu-symbol.json", "mxtiny_quant-0000.params", "mxtiny_quant-symbol.json"]
+        "mxtiny_build.json", "mxtiny_effective_config.json", "mxtiny_npu-0000.params", "mxtiny_npu-symbol.json",
+        "mxtiny_quant-0000.params", "mxtiny_quant-symbol.json", "mxtiny_quant_table.json"]
     prefix = str(tmp_path / "out" / "mxtiny_npu")
     capsys.readouterr()
     assert main(["inspect", prefix, "--json"]) == 0
@@ -341,6 +342,7 @@ def test_build_and_run_a_multi_batch_model_with_the_compiler_check(tiny, tmp_pat
     out = capsys.readouterr().out
     assert code == 0
     assert "compiled batch 1: latency" in out and "compiled batch 4: latency" in out
-    assert "compiler_check 1: sample 4 rows of the calibration sample" in out and "cosine" in out
+    assert "compiler_check 1 (all close: |compiled - quantized| <= 0 + 1e-05 |quantized|), CheckOutput: sample 4 rows " \
+        "of the calibration sample" in out and "cosine" in out
     assert main(["run", str(out_dir / "tiny_npu.pb"), "--input", str(tiny["npy"])]) == 0
     assert "split over the compiled batch sizes [1, 4]" in capsys.readouterr().out

@@ -50,7 +50,7 @@ def test_build_writes_its_forms_as_a_set_with_a_manifest_last(files, tmp_path, m
     assert build(files, "--set", f"output_dir={out}") == 0
     assert check_build(out, "m") == []
     assert sorted(json.loads((out / "m_build.json").read_text())["files"]) == \
-        ["m_cal.pb", "m_effective_config.json", "m_npu.pb", "m_quant.pb"]
+        ["m_cal.pb", "m_effective_config.json", "m_npu.pb", "m_quant.pb", "m_quant_table.json"]
     # a second build killed between its renames: no manifest claims the mixed set
     real_replace, calls = os.replace, []
 

@@ -135,7 +135,14 @@ BAD = {
     "precision_analysis_mode": ({"precision_analysis_mode": "NPU"},
                                 r"'precision_analysis_mode' must be one of \('Reference', 'NPUBackend'\)"),
     "FP32 conv bias": ({"quant": {"conv_bias_data_type": "FP32"}}, r"FP32 biases are not supported"),
-    "compiler check out of range": ({"compiler": {"check": 3}}, r"compiler.check must be 0, 1 or 2, got 3"),
+    "compiler check out of range": ({"compiler": {"check": 4}}, r"compiler.check must be 0 \(no check\), 1 \(all "
+                                                                r"close\), 2 \(all equal\) or 3 \(cosine\), got 4"),
+    "compiler check_mode": ({"compiler": {"check_mode": "Bisect"}},
+                            r"'compiler_check_mode' must be one of \('CheckOutput', 'CheckPerLayer'\)"),
+    "compiler check_atol negative": ({"compiler": {"check_atol": -0.1}}, r"'compiler_check_atol' must be a finite"),
+    "compiler check_rtol a string": ({"compiler": {"check_rtol": "1e-5"}}, r"compiler.check_rtol must be a number"),
+    "compiler input_sample_dir a list": ({"compiler": {"input_sample_dir": ["a"]}},
+                                         r"compiler.input_sample_dir must be a string"),
     "compiler static_batch_sizes not a list": ({"compiler": {"static_batch_sizes": 4}},
                                                r"compiler.static_batch_sizes must be a list, got 4 \(int\)"),
     "max_dynamic_batch_size negative": ({"compiler": {"max_dynamic_batch_size": -1}},
@@ -157,7 +164,7 @@ BAD = {
     "calibration_format": ({"input_processors": [{"calibration_format": "Tensor"}]},
                            r"calibration_format: 'Tensor' is not one of binary, image, numpy"),
     "flat calibration_format": ({"calibration_format": "Numpy"}, r"'calibration_format' must be one of"),
-    "flat compiler_check": ({"compiler_check": 5}, r"'compiler_check' must be 0, 1 or 2, got 5"),
+    "flat compiler_check": ({"compiler_check": 5}, r"'compiler_check' must be 0, 1, 2 or 3, got 5"),
     "flat and section differ": ({"static_batch_sizes": [2], "compiler": {"static_batch_sizes": [4]}},
                                 r"static_batch_sizes = \[2\] and compiler.static_batch_sizes = \[4\]"),
     "op_processors not a list": ({"op_processors": {"op_name": "a"}}, r"'op_processors' must be a list of mappings"),
@@ -204,6 +211,23 @@ def test_section_forms_resolve_to_flat_keys_with_one_warning(tmp_path, monkeypat
     assert c["calibration_data"] == {"x": "a.npy"}
     assert not {"quant", "compiler", "input_processors"} & set(c)
     assert normalize(c, "tensorflow") == c                           # resolving is idempotent
+
+
+def test_pulsar2_check_and_sample_keys_resolve(tmp_path):
+    """compiler.check_mode / check_rtol / check_atol / check_cosine_simularity (Pulsar2's
+    spelling) / input_sample_dir and quant.input_sample_dir -> the flat keys; defaults as
+    Pulsar2's (precision analysis PerLayer, check mode CheckOutput, rtol 1e-5, atol 0)."""
+    from ratelnn.config import normalize
+    base = {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[2, 4]], "output_dir": str(tmp_path)}
+    c = normalize(dict(base), "tensorflow")
+    assert (c["precision_analysis_method"], c["compiler_check_mode"], c["compiler_check_rtol"],
+            c["compiler_check_atol"], c["compiler_check_cosine"]) == ("PerLayer", "CheckOutput", 1e-5, 0, 0.999)
+    c = normalize(dict(base, quant={"input_sample_dir": "analysis/"},
+                       compiler={"check": 3, "check_mode": "CheckPerLayer", "check_rtol": 1e-3, "check_atol": 0.01,
+                                 "check_cosine_simularity": 0.99, "input_sample_dir": "check/"}), "tensorflow")
+    assert (c["compiler_check"], c["compiler_check_mode"], c["compiler_check_rtol"], c["compiler_check_atol"],
+            c["compiler_check_cosine"]) == (3, "CheckPerLayer", 1e-3, 0.01, 0.99)
+    assert (c["precision_analysis_data"], c["compiler_check_data"]) == ("analysis/", "check/")
 
 
 def test_pulsar2_dataset_keys_resolve(tmp_path):
