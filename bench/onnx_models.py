@@ -158,10 +158,11 @@ def main() -> int:
             "NPU's time is the host CPU emulating it bit-exactly (not a device estimate).", "",
             "Notes: the OCR models are Paddle exports (opsets 11 and 12, converted to 13 by "
             "`onnx.version_converter` on loading) whose hard-swish is `x * Clip(x + 3, 0, 6) / 6`; the frontend "
-            "makes the division a multiplication, so those run on the NPU, while `HardSigmoid` (the gates of "
-            "the squeeze-and-excitation blocks) stays a float op between engines. The recogniser's attention "
-            "(3-D `MatMul`, the layer norms' `Pow`/`Sqrt`/`Div`) stays float too. `strings` is strict: one "
-            "symbol of about 20 differing fails a line; `steps` counts the symbols.", "",
+            "makes the division a multiplication, so those run on the NPU, and `HardSigmoid` (the gates of "
+            "the squeeze-and-excitation blocks) is a table there. The recogniser's attention (3-D `MatMul`, "
+            "the layer norms' `Pow`/`Sqrt`/`Div`) and the detector's `Resize` and `ConvTranspose` stay float "
+            "ops between engines. `strings` is strict: one symbol of about 20 differing fails a line; `steps` "
+            "counts the symbols.", "",
             text, "", "Model files:", "", files]))
         print("wrote the onnx_models section of docs/benchmarks.md")
     return 0

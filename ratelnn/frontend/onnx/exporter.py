@@ -271,6 +271,8 @@ _EXPORTERS: Mapping[str, Callable[[_Exporter, Node], None]] = registry.exporter_
                                       epsilon=float(n.attrs.get("eps", 1e-3))),
     "Relu6": lambda ex, n: _clip6(ex, n.inputs[0], n.outputs[0]),
     "LeakyRelu": _one_input("LeakyRelu", lambda n: {"alpha": float(n.attrs.get("alpha", 0.2))}),
+    "HardSigmoid": _one_input("HardSigmoid", lambda n: {"alpha": float(n.attrs.get("alpha", 0.2)),
+                                                        "beta": float(n.attrs.get("beta", 0.5))}),
     "Softmax": _one_input("Softmax", lambda n: {"axis": int(n.attrs.get("axis", -1))}),
     "Mean": _mean, "Reshape": _reshape, "Pad": _pad,
     "Concat": lambda ex, n: ex.add("Concat", n.inputs, n.outputs, axis=int(n.attrs["axis"])),

@@ -386,6 +386,8 @@ _TRANSLATORS: Mapping[str, Translator] = registry.frontend_table("onnx", {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "BatchNormalization": _batchnorm, "Clip": _clip,
     "LeakyRelu": lambda imp, n: [Node(n.name, "LeakyRelu", n.inputs[:1], [n.name],
                                       {"alpha": float(n.attr("alpha", 0.01))})],
+    "HardSigmoid": lambda imp, n: [Node(n.name, "HardSigmoid", n.inputs[:1], [n.name],
+                                        {"alpha": float(n.attr("alpha", 0.2)), "beta": float(n.attr("beta", 0.5))})],
     "Div": _div, "Max": _binary_two("Maximum"), "Min": _binary_two("Minimum"),
     "MaxPool": lambda imp, n: _window(imp, n, "MaxPool"), "AveragePool": lambda imp, n: _window(imp, n, "AvgPool"),
     "GlobalMaxPool": lambda imp, n: _global_pool(imp, n, "MaxPool"),

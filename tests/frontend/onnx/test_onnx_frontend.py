@@ -77,6 +77,7 @@ CASES = {
     "Dropout": _one("Dropout"),
     "Cos_kept_float": _one("Cos"),
     "HardSwish": _one("HardSwish"),
+    "HardSigmoid": _one("HardSigmoid", alpha=1 / 6, beta=0.5),
     "Div_by_tensor": _model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Div", ["x", "s"], ["y"])],
                             {}),
 }
