@@ -252,6 +252,12 @@ def _leaky_relu(node: Node, x):
     return np.where(x >= 0, x, x * np.asarray(node.attrs.get("alpha", 0.2), x.dtype))
 
 
+@_defines("HardSigmoid")
+def _hard_sigmoid(node: Node, x):
+    alpha, beta = (np.float32(node.attrs.get(k, d)) for k, d in (("alpha", 0.2), ("beta", 0.5)))
+    return np.clip(x * alpha + beta, np.float32(0), np.float32(1)).astype(x.dtype)
+
+
 @_defines("Mean")
 def _mean(node: Node, x):
     return np.mean(x, axis=tuple(node.attrs["axes"]), keepdims=bool(node.attrs.get("keepdims")))

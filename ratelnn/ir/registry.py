@@ -149,6 +149,9 @@ OPS: Tuple[OpDef, ...] = (
     _lut("Softplus", "Softplus", "Activation", "Softplus", mx_act="softrelu",
          fn=lambda x: np.logaddexp(np.float32(0), x)),
     _lut("Exp", "Exp", "exp", "Exp", fn=np.exp, sensitive=True),
+    _lut("HardSigmoid", onnx="HardSigmoid", **_Q),   # attrs alpha, beta
+    _lut("HardSwish", onnx="HardSwish", **_Q,
+         fn=lambda x: x * np.clip(x + np.float32(3), np.float32(0), np.float32(6)) / np.float32(6)),
     _op("PRelu", onnx="PRelu", form=BINARY),
     _op("Sqrt", "Sqrt", "sqrt", "Sqrt", fn=np.sqrt, sensitive=True),
     _op("Rsqrt", "Rsqrt", "rsqrt", fn=lambda x: np.float32(1) / np.sqrt(x), sensitive=True),

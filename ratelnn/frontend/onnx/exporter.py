@@ -22,6 +22,8 @@ from ...ir.naming import NameAllocator
 from .model_io import DOMAIN, DOMAIN_VERSION, MIN_OPSET, import_onnx, max_opset
 
 QDQ_INT16_OPSET = 21   # QuantizeLinear/DequantizeLinear take int16 from this opset on
+# ONNX ops through which ONNX Runtime's QDQ propagation moves a DequantizeLinear
+_ORT_PROPAGATED = frozenset(("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice", "MaxPool"))  # not IR ops
 
 
 class _Exporter:
@@ -269,6 +271,8 @@ _EXPORTERS: Mapping[str, Callable[[_Exporter, Node], None]] = registry.exporter_
                                       epsilon=float(n.attrs.get("eps", 1e-3))),
     "Relu6": lambda ex, n: _clip6(ex, n.inputs[0], n.outputs[0]),
     "LeakyRelu": _one_input("LeakyRelu", lambda n: {"alpha": float(n.attrs.get("alpha", 0.2))}),
+    "HardSigmoid": _one_input("HardSigmoid", lambda n: {"alpha": float(n.attrs.get("alpha", 0.2)),
+                                                        "beta": float(n.attrs.get("beta", 0.5))}),
     "Softmax": _one_input("Softmax", lambda n: {"axis": int(n.attrs.get("axis", -1))}),
     "Mean": _mean, "Reshape": _reshape, "Pad": _pad,
     "Concat": lambda ex, n: ex.add("Concat", n.inputs, n.outputs, axis=int(n.attrs["axis"])),
@@ -313,6 +317,8 @@ def export_model(graph: Graph) -> Any:
         if export is None:
             raise ModelError(f"node {node.name!r}: IR op {node.op} cannot be exported to ONNX yet")
         export(ex, node)
+    if ex.opset >= QDQ_INT16_OPSET:
+        _requantize_propagated(ex)
     outputs = []
     for t in graph.outputs:
         if graph.producer(t) is None:   # an input or a param given back as an output
@@ -342,6 +348,32 @@ def export_model(graph: Graph) -> Any:
     model = onnx.helper.make_model(onnx_graph, opset_imports=opsets, producer_name="ratelnn")
     model.ir_version = min(model.ir_version, _max_ir_version())
     return model
+
+
+def _requantize_propagated(ex: _Exporter) -> None:
+    """Quantize again, at the same scale and type, the result of every value-keeping op
+    (:data:`_ORT_PROPAGATED`) that reads an 8-bit ``DequantizeLinear`` of one scale and is
+    read by anything but a ``QuantizeLinear``.  The values are on that grid already, so
+    nothing changes; without the pair ONNX Runtime (1.32) cannot load an int8 model of
+    opset 21 or newer: its QDQ propagation inserts such a pair itself and rejects it
+    ("output_dtype INT8 does not match y_zero_point type UINT8")."""
+    producer = {t: n for n in ex.nodes for t in n.output}
+    quantized = {n.input[0] for n in ex.nodes if n.op_type == "QuantizeLinear"}
+    nodes, ex.nodes = ex.nodes, []
+    for node in nodes:
+        ex.nodes.append(node)
+        dq = producer.get(node.input[0]) if node.input and node.op_type in _ORT_PROPAGATED and not node.domain \
+            else None
+        if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 3 or node.output[0] in quantized:
+            continue
+        scale, zero = (np.asarray(ex.initializers.get(t, ())) for t in dq.input[1:3])
+        if scale.size != 1 or zero.dtype.itemsize != 1:
+            continue
+        result = node.output[0]
+        node.output[0] = ex.fresh(f"{result}/moved")
+        codes = ex.add("QuantizeLinear", [node.output[0], dq.input[1], dq.input[2]], [ex.fresh(f"{result}/requant")])
+        ex.add("DequantizeLinear", [codes, dq.input[1], dq.input[2]], [result], name=ex.fresh(f"{result}/redequant"))
+        producer[result] = ex.nodes[-1]   # a chain of such ops is requantized op by op
 
 
 def _max_ir_version() -> int:

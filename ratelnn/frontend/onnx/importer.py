@@ -55,11 +55,13 @@ class _ONNXNode:
 
 
 class _Importer:
-    def __init__(self, graph: Graph, consts: Dict[str, np.ndarray], infos: Dict[str, TensorInfo], opset: int):
+    def __init__(self, graph: Graph, consts: Dict[str, np.ndarray], infos: Dict[str, TensorInfo], opset: int,
+                 batch_axes: Optional[Dict[str, int]] = None):
         self.graph = graph
         self.consts = consts
         self.infos = infos
         self.opset = opset
+        self.batch_axes = batch_axes or {}   # tensor -> the axis that grows with a free batch
 
     def value(self, tensor: str) -> Optional[np.ndarray]:
         """The constant value of ``tensor`` (initializer or Constant), else None."""
@@ -103,10 +105,8 @@ class _Importer:
         return out
 
     def batch_follows(self, tensor: str) -> bool:
-        """Whether dim 0 of ``tensor`` is the batch of a free-batch input (same size)."""
-        free = self.graph.meta.get("free_batch_inputs", ())
-        shape = self.shape(tensor)
-        return bool(shape) and any(self.graph.shape(t)[0] == shape[0] for t in free)
+        """Whether dim 0 of ``tensor`` grows with the batch of a free-batch input."""
+        return self.batch_axes.get(tensor) == 0
 
 
 Translator = Callable[[_Importer, _ONNXNode], Optional[List[Node]]]
@@ -144,13 +144,13 @@ def _ceil_extra(size: int, k: int, s: int, before: int, after: int) -> int:
     return (ceil_out - floor_out) * s
 
 
-def _free_batch_shape(imp: _Importer, tensor: str, shape: Sequence[int]) -> Tuple[int, ...]:
-    """``shape`` with -1 for dim 0 when both ``tensor`` and the result follow a free batch:
-    the exported reshape then takes any batch (docs/architecture.md §3)."""
+def _free_batch_shape(imp: _Importer, result: str, shape: Sequence[int]) -> Tuple[int, ...]:
+    """``shape`` (of the reshape's ``result``) with -1 on the axis that grows with a free
+    batch, whichever it is: the exported reshape then takes any batch (docs/architecture.md
+    §3)."""
     shape = tuple(int(d) for d in shape)
-    if shape and imp.batch_follows(tensor) and imp.shape(tensor)[0] == shape[0]:
-        return (-1,) + shape[1:]
-    return shape
+    axis = imp.batch_axes.get(result)
+    return shape[:axis] + (-1,) + shape[axis + 1:] if axis is not None else shape
 
 
 # ---------------------------------------------------------------- translators
@@ -283,7 +283,7 @@ def _squeeze(imp: _Importer, n: _ONNXNode):
     if axes is None:
         return None
     if not axes:   # every size-1 dim, but never a free batch that is 1 only in input_shapes
-        axes = tuple(a for a, d in enumerate(shape) if d == 1 and not (a == 0 and imp.batch_follows(n.inputs[0])))
+        axes = tuple(a for a, d in enumerate(shape) if d == 1 and imp.batch_axes.get(n.inputs[0]) != a)
     return [Node(n.name, "Squeeze", n.inputs[:1], [n.name], {"axes": axes})]
 
 
@@ -293,7 +293,7 @@ def _reshape_to_output(imp: _Importer, n: _ONNXNode):
     if imp.shape(n.name) is None:
         return None
     return [Node(n.name, "Reshape", n.inputs[:1], [n.name],
-                 {"shape": _free_batch_shape(imp, n.inputs[0], imp.shape(n.name))})]
+                 {"shape": _free_batch_shape(imp, n.name, imp.shape(n.name))})]
 
 
 def _flatten(imp: _Importer, n: _ONNXNode):
@@ -330,6 +330,16 @@ def _concat(imp: _Importer, n: _ONNXNode):
 def _softmax(imp: _Importer, n: _ONNXNode):
     rank = len(imp.shape(n.name))
     return [Node(n.name, "Softmax", n.inputs[:1], [n.name], {"axis": int(n.attr("axis", -1)) % rank})]
+
+
+def _div(imp: _Importer, n: _ONNXNode):
+    """Division by a float constant -> multiplication by its reciprocal (quantized and run
+    on the NPU, where Div is not); any other Div stays an IR Div."""
+    divisor = imp.value(n.inputs[1])
+    if divisor is None or divisor.dtype.kind != "f" or not np.all(divisor != 0):
+        return [Node(n.name, "Div", n.inputs[:2], [n.name])]
+    reciprocal = imp.new_param(f"{n.inputs[1]}/reciprocal", (1 / divisor.astype(np.float64)).astype(divisor.dtype))
+    return [Node(n.name, "Mul", [n.inputs[0], reciprocal], [n.name])]
 
 
 def _binary_two(op: str) -> Translator:
@@ -376,7 +386,9 @@ _TRANSLATORS: Mapping[str, Translator] = registry.frontend_table("onnx", {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "BatchNormalization": _batchnorm, "Clip": _clip,
     "LeakyRelu": lambda imp, n: [Node(n.name, "LeakyRelu", n.inputs[:1], [n.name],
                                       {"alpha": float(n.attr("alpha", 0.01))})],
-    "Max": _binary_two("Maximum"), "Min": _binary_two("Minimum"),
+    "HardSigmoid": lambda imp, n: [Node(n.name, "HardSigmoid", n.inputs[:1], [n.name],
+                                        {"alpha": float(n.attr("alpha", 0.2)), "beta": float(n.attr("beta", 0.5))})],
+    "Div": _div, "Max": _binary_two("Maximum"), "Min": _binary_two("Minimum"),
     "MaxPool": lambda imp, n: _window(imp, n, "MaxPool"), "AveragePool": lambda imp, n: _window(imp, n, "AvgPool"),
     "GlobalMaxPool": lambda imp, n: _global_pool(imp, n, "MaxPool"),
     "GlobalAveragePool": lambda imp, n: _global_pool(imp, n, "Mean"),
@@ -391,16 +403,27 @@ _UNREGISTERED: Dict[str, Translator] = {"Unsqueeze": _reshape_to_output}
 
 
 # ---------------------------------------------------------------- shapes
+def _known(dim: Any) -> bool:
+    """Whether a ``TensorShapeProto.Dimension`` has a size: some exporters (Paddle's) write
+    -1 for a dimension they leave open."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
 def _specialised(proto: Any, input_shapes: Dict[str, Sequence[int]]) -> Any:
+    """``proto`` with its inputs at ``input_shapes`` and the open dimensions written as -1
+    made unknown (shape inference would otherwise take -1 as a size that contradicts)."""
     onnx = import_onnx()
     model = onnx.ModelProto()
     model.CopyFrom(proto)
-    for vi in model.graph.input:
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        dims = vi.type.tensor_type.shape.dim
         if vi.name in input_shapes:
-            dims = vi.type.tensor_type.shape.dim
             del dims[:]
             for d in input_shapes[vi.name]:
                 dims.add().dim_value = int(d)
+        for d in dims:
+            if d.HasField("dim_value") and not _known(d):
+                d.ClearField("dim_value")
     return model
 
 
@@ -410,7 +433,7 @@ def _value_infos(model: Any) -> Dict[str, TensorInfo]:
         tt = vi.type.tensor_type
         if not tt.HasField("shape") or not tt.elem_type:
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        dims = [d.dim_value if _known(d) else None for d in tt.shape.dim]
         if all(d is not None for d in dims):
             out[vi.name] = TensorInfo(tuple(int(d) for d in dims), _dtype_name(tt.elem_type))
     return out
@@ -431,6 +454,29 @@ def _infer_shapes(proto: Any, input_shapes: Dict[str, Sequence[int]], needed: Se
         from .runtime import probe_shapes
         infos.update(probe_shapes(model, input_shapes, missing))
     return infos
+
+
+def _batch_axes(proto: Any, input_shapes: Dict[str, Sequence[int]], free: Sequence[str],
+                infos: Dict[str, TensorInfo], needed: Sequence[str]) -> Dict[str, int]:
+    """tensor -> the one axis whose size grows with the batch of the ``free`` inputs: the
+    shapes inferred again with those batches doubled, compared with ``infos``.  A tensor
+    whose shape does not change (or whose batch moved into no single axis) has none; a model
+    that cannot take another batch gives none at all."""
+    if not free:
+        return {}
+    doubled = {name: ([2 * int(shape[0])] + list(shape[1:]) if name in free else shape)
+               for name, shape in input_shapes.items()}
+    try:
+        other = _infer_shapes(proto, doubled, needed)
+    except ModelError:
+        return {}
+    axes = {}
+    for t in needed:
+        if t in infos and t in other and len(infos[t].shape) == len(other[t].shape):
+            grew = [a for a, (d, e) in enumerate(zip(infos[t].shape, other[t].shape)) if d != e]
+            if len(grew) == 1 and other[t].shape[grew[0]] == 2 * infos[t].shape[grew[0]]:
+                axes[t] = grew[0]
+    return axes
 
 
 def _first_line(e: Exception) -> str:
@@ -529,13 +575,15 @@ def import_model(model: Any, input_nodes: Sequence[str], output_nodes: Sequence[
     free = []
     for name in input_nodes:
         dims = declared[name].type.tensor_type.shape.dim
-        if len(dims) and not dims[0].HasField("dim_value"):
+        if len(dims) and not _known(dims[0]):
             free.append(name)
     graph.meta["free_batch_inputs"] = free
     graph.meta["onnx_batch_dims"] = {name: declared[name].type.tensor_type.shape.dim[0].dim_param or "N"
                                      for name in free}
     graph.meta["onnx_opset"] = default_opset(proto)
-    imp = _Importer(graph, consts, infos, default_opset(proto))
+    batch_axes = _batch_axes(proto, shapes, free, infos, [t for t in needed if t not in consts])
+    batch_axes.update((name, 0) for name in free)
+    imp = _Importer(graph, consts, infos, default_opset(proto), batch_axes)
     for n in nodes:
         try:
             _translate(imp, n)

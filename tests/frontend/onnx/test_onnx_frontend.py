@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import ratelnn  # noqa: E402
 from ratelnn.errors import ModelError  # noqa: E402
+from agraph.pretrained import cosine  # noqa: E402
 from ratelnn.frontend.onnx import converter, export_model, import_model  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -75,6 +76,10 @@ CASES = {
     "Pad": _one("Pad", ("x", "p", "v"), {"p": np.asarray([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "v": np.float32(0.5)}),
     "Dropout": _one("Dropout"),
     "Cos_kept_float": _one("Cos"),
+    "HardSwish": _one("HardSwish"),
+    "HardSigmoid": _one("HardSigmoid", alpha=1 / 6, beta=0.5),
+    "Div_by_tensor": _model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Div", ["x", "s"], ["y"])],
+                            {}),
 }
 
 
@@ -246,3 +251,55 @@ def test_quantize_static_qdq_model_compiles_with_its_own_scales(tmp_path):
     want = _run(qdq, data[:8])
     scale = np.abs(want).max()
     assert np.abs(got - want).max() <= 0.02 * scale
+
+
+# ---------------------------------------------------------------- models as exporters write them
+def test_division_by_a_constant_becomes_a_multiplication():
+    """x / c is x * (1 / c), an op the NPU runs; a division by a tensor stays a Div."""
+    assert [n.op for n in import_model(CASES["Div"], ["x"], ["y"], [X_SHAPE]).nodes] == ["Mul"]
+    assert [n.op for n in import_model(CASES["Div_by_tensor"], ["x"], ["y"], [X_SHAPE]).nodes] == ["Sigmoid", "Div"]
+
+
+def _calibrated_at_batch_2(model, tmp_path, **config):
+    conv = converter(model, {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[2, 4, 6, 6]],
+                             "output_dir": str(tmp_path), **config})
+    data = RNG.normal(size=(8, 4, 6, 6)).astype(np.float32)
+    conv.calibrate(data, batch_size=2, progress=False)
+    return conv, data
+
+
+def test_open_dimensions_written_as_minus_one_are_unknown(tmp_path):
+    """Some exporters (Paddle's) write -1 for an open dimension in inputs, value_info and
+    outputs: the batch stays free and shape inference does not contradict it."""
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])], {},
+                   [-1, 4, 6, 6], in_shape=(-1, 4, 6, 6))
+    model.graph.value_info.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [-1, 4, 6, 6]))
+    conv, data = _calibrated_at_batch_2(model, tmp_path)
+    np.testing.assert_allclose(_run(conv.to_quant(), data[:3]), _run(model, data[:3]), atol=0.02)
+
+
+def test_batch_folded_into_rows_keeps_any_batch(tmp_path):
+    """x [N, 4, 6, 6] reshaped to [N * 4, 36] and back (a softmax over rows between): the
+    exported reshapes take any batch, not the calibration batch folded in."""
+    model = _model([helper.make_node("Reshape", ["x", "rows"], ["flat"]),
+                    helper.make_node("Softmax", ["flat"], ["soft"], axis=1),
+                    helper.make_node("Reshape", ["soft", "back"], ["y"])],
+                   {"rows": np.asarray([-1, 36], np.int64), "back": np.asarray([-1, 4, 6, 6], np.int64)})
+    conv, data = _calibrated_at_batch_2(model, tmp_path)
+    for form in (conv.to_quant(), conv.to_npu()):
+        got = ratelnn.onnx_session(form).run(["y"], {"x": data[:3]})[0]
+        assert got.shape == (3, 4, 6, 6) and cosine(got, _run(model, data[:3])) > 0.99
+
+
+def test_int16_qdq_model_with_a_reshape_before_a_float_reader_loads_in_onnx_runtime(tmp_path):
+    """int16 raises the QDQ model to opset 21, where ONNX Runtime's QDQ propagation would
+    reject an int8 DequantizeLinear -> Reshape -> (float op): the exporter quantizes the
+    reshape's result again at the same scale, so plain ONNX Runtime loads and runs it."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c2", "s"], ["f"]), helper.make_node("Cos", ["f"], ["y"])]
+    model = _model(nodes, {"w1": _w(4, 4, 3, 3), "w2": _w(4, 4, 3, 3), "s": np.asarray([0, -1], np.int64)})
+    conv, data = _calibrated_at_batch_2(model, tmp_path, layer_configs=[{"layer_name": "c1", "data_type": "int16"}])
+    quant = conv.to_quant()
+    assert quant.opset_import[0].version >= 21
+    assert cosine(_run(quant, data[:3]), _run(model, data[:3])) > 0.99
