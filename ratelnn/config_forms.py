@@ -11,9 +11,10 @@ its default does not count as given.  Unknown keys inside the sections are retur
 from __future__ import annotations
 
 import copy
+import difflib
 import numbers
 import re
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from .errors import RatelError
 
@@ -84,6 +85,8 @@ COMPILER_KEYS = {
     "check_cosine_similarity": ("compiler_check_cosine", _NUM, None),
     "input_sample_dir": ("compiler_check_data", _STR, None),
 }
+# the mapping sections a command-line override ``--<section>.<key> value`` may set
+SECTION_KEYS = {"quant": QUANT_KEYS, "compiler": COMPILER_KEYS}
 # input_processors[i] / quant.input_configs[i] key -> per-input flat key
 INPUT_KEYS = {
     "tensor_name": (None, _STR),
@@ -381,6 +384,33 @@ def _inputs(entries: Sequence[Tuple[str, Mapping]], put: Callable[[str, str, Any
     return unknown
 
 
+def section_override(dotted: str, value: Any) -> Tuple[Any, Any]:
+    """``("quant.calibration_method", "MSE")`` -> ``(value, the flat key it sets or None)`` for a
+    command-line override of a section key.  Pulsar2's scalar spellings are taken: 0/1 for a
+    true/false key, one value for a list key (``[value]``).  ConfigError naming a section or
+    key ratelnn does not read, with the closest known spelling."""
+    section, _, key = dotted.partition(".")
+    if section not in SECTION_KEYS:
+        raise ConfigError(f"{dotted}: ratelnn reads no section {section!r}{did_you_mean(section, SECTION_KEYS)}; "
+                          f"overrides take {' or '.join(f'{s}.<key>' for s in SECTION_KEYS)}")
+    keys = SECTION_KEYS[section]
+    if key not in keys:
+        raise ConfigError(f"{dotted}: ratelnn reads no key {key!r} in {section}{did_you_mean(key, keys)}; "
+                          f"it reads {', '.join(keys)}")
+    flat_key, (types, _), _ = keys[key]
+    if types is bool and isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        value = bool(value)
+    elif types == _LIST[0] and value is not None and not isinstance(value, (list, tuple)):
+        value = [value]
+    return value, flat_key
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the spelling in ``known`` closest to ``word``, else ``""``."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 # ---------------------------------------------------------------- input_shapes
 _SHAPE = re.compile(r"^\s*(?:(?P<name>[^;]+?):)?(?P<dims>\d+(?:\s*[x,]\s*\d+)*)\s*$")
 
@@ -390,36 +420,12 @@ def input_shapes(value: Any, input_nodes: Any) -> Any:
     or ``{a: [1, 3, 224, 224]}``
     -> one list shape per input node, in ``input_nodes`` order; other forms are returned
     unchanged for :func:`ratelnn.config.normalize` to check."""
-    if isinstance(value, str):
-        if not value.strip():
-            return value
-        items: Any = [v for v in value.split(";") if v.strip()]
-    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        items = list(value)
-    elif isinstance(value, Mapping):
-        items = None
-    else:
+    entries = shape_entries(value)
+    if entries is None:
         return value
-    named: Dict[str, Any] = {}
-    if items is None:
-        named = {str(k): v for k, v in value.items()}
-    else:
-        positional = []
-        for text in items:
-            m = _SHAPE.match(text)
-            if not m:
-                raise ConfigError(f"input_shapes must be a list of shapes like [[1, 224, 224, 3]] or "
-                                  f"strings like 'name:1x224x224x3' or 'name:1,224,224,3' (';' between "
-                                  f"inputs); the entry {text!r} is neither")
-            dims = [int(d) for d in re.split(r"\s*[x,]\s*", m["dims"])]
-            if m["name"] is None:
-                positional.append(dims)
-            else:
-                named[m["name"].strip()] = dims
-        if positional and named:
-            raise ConfigError(f"input_shapes {value!r}: name every shape or none")
-        if positional:
-            return positional
+    positional, named = entries
+    if positional:
+        return positional
     nodes = [input_nodes] if isinstance(input_nodes, str) else list(input_nodes or [])
     key = {_base(n): n for n in nodes}
     stray = [n for n in named if _base(n) not in key]
@@ -430,6 +436,38 @@ def input_shapes(value: Any, input_nodes: Any) -> Any:
         raise ConfigError(f"input_shapes gives no shape for input_nodes {missing}")
     by_base = {_base(k): v for k, v in named.items()}
     return [by_base[_base(n)] for n in nodes]
+
+
+def shape_entries(value: Any) -> Any:
+    """``(positional shapes, {name: shape})`` of the text forms of :func:`input_shapes`
+    (``"a:1x3x224x224;b:1x10"``, a list of such strings, a mapping of name -> shape); None
+    for other forms.  ConfigError for a malformed entry or a mix of named and unnamed ones."""
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        items: Any = [v for v in value.split(";") if v.strip()]
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        items = list(value)
+    elif isinstance(value, Mapping):
+        return [], {str(k): v for k, v in value.items()}
+    else:
+        return None
+    named: Dict[str, Any] = {}
+    positional = []
+    for text in items:
+        m = _SHAPE.match(text)
+        if not m:
+            raise ConfigError(f"input_shapes must be a list of shapes like [[1, 224, 224, 3]] or "
+                              f"strings like 'name:1x224x224x3' or 'name:1,224,224,3' (';' between "
+                              f"inputs); the entry {text!r} is neither")
+        dims = [int(d) for d in re.split(r"\s*[x,]\s*", m["dims"])]
+        if m["name"] is None:
+            positional.append(dims)
+        else:
+            named[m["name"].strip()] = dims
+    if positional and named:
+        raise ConfigError(f"input_shapes {value!r}: name every shape or none")
+    return positional, named
 
 
 def _base(name: str) -> str:

@@ -1,5 +1,5 @@
 """Profiling compiled models (docs/architecture.md §7): :func:`profile` predicts, with the NPU cost model,
-the device time of a compiled TensorFlow, MXNet or IR model: the latency of one batch, the
+the device time of a compiled TensorFlow, MXNet, ONNX or IR model: the latency of one batch, the
 throughput with all cores of the device and a per-engine, per-instruction breakdown
 (cycles, compute- or bandwidth-bound, weights resident or streamed).  Engines are read
 from the model, no framework session runs.  What engine runs recorded is
@@ -19,8 +19,9 @@ from .npu.engine import Engine
 
 def _engine_blobs(graph_npu: Any) -> List[Tuple[str, List[bytes]]]:
     """``(engine_name, [engine bytes, batch engine bytes...])`` of every engine node of a
-    TensorFlow GraphDef made by ``to_npu``, an MXNet ``(symbol, arg_params, aux_params)`` or a
-    compiled IR :class:`~ratelnn.ir.Graph`, in graph order (docs/multi-batch.md)."""
+    TensorFlow GraphDef made by ``to_npu``, an MXNet ``(symbol, arg_params, aux_params)``, an
+    ONNX ``ModelProto`` or a compiled IR :class:`~ratelnn.ir.Graph`, in graph order
+    (docs/multi-batch.md)."""
     if isinstance(graph_npu, Graph):
         return engine_sets(graph_npu)
     if _is_tf_graph_def(graph_npu):
@@ -30,8 +31,11 @@ def _engine_blobs(graph_npu: Any) -> List[Tuple[str, List[bytes]]]:
         import json
         from .frontend.mxnet import model_io as mx_model_io
         return mx_model_io.engine_sets(json.loads(graph_npu[0].tojson())["nodes"])
+    if _is_onnx_model(graph_npu):
+        from .frontend.onnx import model_io as onnx_model_io
+        return onnx_model_io.engine_sets(graph_npu)
     raise TypeError(f"expected a compiled TensorFlow GraphDef, MXNet (symbol, arg_params, "
-                    f"aux_params) or ratelnn IR Graph, got {type(graph_npu).__name__}")
+                    f"aux_params), ONNX ModelProto or ratelnn IR Graph, got {type(graph_npu).__name__}")
 
 
 def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
@@ -86,6 +90,11 @@ def run_latency(graph_npu: Any, batch: int, device_info: Optional[Mapping[Any, A
 def _is_tf_graph_def(obj: Any) -> bool:
     graph_pb2 = sys.modules.get("tensorflow.core.framework.graph_pb2")  # loaded if obj is one
     return graph_pb2 is not None and isinstance(obj, graph_pb2.GraphDef)
+
+
+def _is_onnx_model(obj: Any) -> bool:
+    onnx = sys.modules.get("onnx")   # loaded if obj is one
+    return onnx is not None and isinstance(obj, onnx.ModelProto)
 
 
 def profile(graph_npu: Any, batch_size: int = 1, device_info: Optional[Mapping[Any, Any]] = None) -> Profile:

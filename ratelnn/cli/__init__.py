@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from ..config import ConfigError
 from ..errors import RatelError
-from . import build, inspect, joint, run
+from . import build, inspect, joint, pulsar2, run
 from .common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, one_line
 
 
@@ -26,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)   # --debug after the command too
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print the traceback of an error")
-    parser = argparse.ArgumentParser(prog="ratelnn",
-                                     description="Quantize and compile TensorFlow/MXNet models for the emulated NPU.")
+    parser = argparse.ArgumentParser(
+        prog="ratelnn", description="Quantize and compile TensorFlow/MXNet/ONNX models for the emulated NPU.")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (build, run, inspect, joint):
@@ -38,10 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
+    argv, overrides = pulsar2.split_overrides(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:   # --help, or argparse's usage errors (code 2)
         return int(e.code or 0) if isinstance(e.code, int) or e.code is None else EXIT_USAGE
+    if overrides:   # build's --quant.KEY VALUE... (argparse has no wildcard options)
+        args.section_overrides = overrides
     try:
         return args.handler(args)
     except KeyboardInterrupt:

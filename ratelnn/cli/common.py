@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from ..config import STRING_KEYS, ConfigError, QuantConfig, normalize, set_dotted
 from ..errors import RatelError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-FRAMEWORKS = ("tensorflow", "mxnet")
+FRAMEWORKS = ("tensorflow", "mxnet", "onnx")
 
 
 class UsageError(RatelError, ValueError):
@@ -76,14 +77,17 @@ def existing(path: str, what: str) -> Path:
 
 
 def detect_framework(model_path: str, given: Optional[str]) -> str:
-    """``given``, else ``tensorflow`` for ``.pb`` files, ``mxnet`` for checkpoint prefixes."""
+    """``given``, else ``tensorflow`` for ``.pb`` files, ``onnx`` for ``.onnx`` files,
+    ``mxnet`` for checkpoint prefixes."""
     if given:
         return given
     if model_path.endswith(".pb"):
         return "tensorflow"
+    if model_path.endswith(".onnx"):
+        return "onnx"
     if model_path.endswith("-symbol.json") or Path(f"{model_path}-symbol.json").exists():
         return "mxnet"
-    raise UsageError(f"cannot tell the framework of {model_path}: give a .pb, an MXNet checkpoint "
+    raise UsageError(f"cannot tell the framework of {model_path}: give a .pb, a .onnx, an MXNet checkpoint "
                      "prefix (<prefix>-symbol.json + <prefix>-0000.params) or --framework")
 
 
@@ -93,26 +97,50 @@ def mx_prefix(model_path: str) -> str:
 
 def check_model_path(model_path: str, framework: str) -> None:
     """UsageError if the model's file(s) do not exist."""
-    if framework == "tensorflow":
+    if framework != "mxnet":
         existing(model_path, "model file")
     else:
         existing(f"{mx_prefix(model_path)}-symbol.json", "MXNet symbol file")
+
+
+def read_config(path: str, framework: str = "tensorflow") -> QuantConfig:
+    """The config file ``path`` (JSON/YAML/TOML) as written (defaults filled, not resolved);
+    UsageError for a missing file or one that does not parse."""
+    existing(path, "config file")
+    try:
+        return QuantConfig.from_file(path, framework)
+    except ConfigError:
+        raise
+    except Exception as e:  # JSON/TOML decode errors are ValueErrors, YAML's are not
+        raise UsageError(f"config file {path}: cannot parse it: {one_line(e)}") from None
 
 
 def load_config(path: str, framework: str, overrides: Sequence[str] = (),
                 extra: Optional[Dict[str, Any]] = None) -> QuantConfig:
     """Config file (JSON/YAML/TOML) plus ``--set`` overrides, then the ``extra`` values of
     options (``--work_dir``...), resolved to the flat keys and validated (ConfigError)."""
-    existing(path, "config file")
-    try:
-        config = QuantConfig.from_file(path, framework)
-    except ConfigError:
-        raise
-    except Exception as e:  # JSON/TOML decode errors are ValueErrors, YAML's are not
-        raise UsageError(f"config file {path}: cannot parse it: {one_line(e)}") from None
+    config = read_config(path, framework)
     apply_overrides(config, overrides)
     config.update(extra or {})
     return normalize(config, framework)
+
+
+def model_name_option(text: str) -> str:
+    """``--output_name`` as the config's ``model_name``: a model file suffix (``.pb``,
+    ``-symbol.json``, ``.json``, ``.onnx``, ``.axmodel``) dropped."""
+    return re.sub(r"(\.pb|-symbol\.json|\.json|\.onnx|\.axmodel)$", "", text)
+
+
+class BuildJob(NamedTuple):
+    """What ``build`` works on, from either form of its command line: the model (as
+    ``load_model`` reads it), its resolved config, where the forms go, and whether it is a
+    quantized (QDQ) model compiled with its own scales."""
+    framework: str
+    model_path: str
+    model: Any
+    config: QuantConfig
+    output_dir: Path
+    quantized: bool
 
 
 def effective_config(config: Dict[str, Any]) -> bytes:
@@ -137,15 +165,29 @@ def frontend(framework: str):
     os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
     if framework == "tensorflow":
         from ..frontend import tensorflow as module
+    elif framework == "onnx":
+        from ..frontend import onnx as module
     else:
         from ..frontend import mxnet as module
     return module
 
 
 def load_model(model_path: str, framework: str) -> Any:
-    """A frozen GraphDef (TensorFlow ``.pb``) or an MXNet checkpoint prefix (``str``)."""
+    """A frozen GraphDef (TensorFlow ``.pb``), an ONNX ``ModelProto`` (its external data read)
+    or an MXNet checkpoint prefix (``str``)."""
     check_model_path(model_path, framework)
-    return mx_prefix(model_path) if framework == "mxnet" else frontend(framework).model_io.read_graphdef(model_path)
+    if framework == "mxnet":
+        return mx_prefix(model_path)
+    if framework == "onnx":
+        return frontend(framework).model_io.load_model(model_path)[0]
+    return frontend(framework).model_io.read_graphdef(model_path)
+
+
+def form_writer(framework: str):
+    """``save(model, base) -> [paths]``: how ``build`` writes a form of ``framework``
+    (``<base>.pb``, ``<base>.onnx``, ``<base>-symbol.json`` + ``<base>-0000.params``)."""
+    model_io = frontend(framework).model_io
+    return model_io.write_model if framework == "onnx" else model_io.save_model
 
 
 def model_structure(model_path: str, framework: str, model: Any) -> Dict[str, Any]:

@@ -13,7 +13,7 @@ from .common import (EXIT_OK, FRAMEWORKS, UsageError, detect_framework, frontend
 
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("inspect", parents=parents, help="engines, ops, sizes of a model; or a scheme JSON")
-    p.add_argument("model", metavar="MODEL", help=".pb, MXNet prefix, or scheme .json")
+    p.add_argument("model", metavar="MODEL", help=".pb, .onnx, MXNet prefix, or scheme .json")
     p.add_argument("--framework", choices=FRAMEWORKS)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=inspect)

@@ -1,5 +1,6 @@
 """``ratelnn run MODEL --input X.npy``: run a model (a compiled one runs its engines on the emulated
-NPU), print or save the outputs, print the device time."""
+NPU; an ONNX model runs in ``ratelnn.onnx_session``), print or save the outputs, print the
+device time."""
 from __future__ import annotations
 
 import io
@@ -19,7 +20,7 @@ class InputError(RatelError, ValueError):
 
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("run", parents=parents, help="run a (compiled) model on numpy input")
-    p.add_argument("model", metavar="MODEL", help=".pb, or MXNet checkpoint prefix")
+    p.add_argument("model", metavar="MODEL", help=".pb, .onnx, or MXNet checkpoint prefix")
     p.add_argument("--input", required=True, help=".npy array (one input) or dict of arrays")
     p.add_argument("--output", help="save outputs here (.npy; a dict of arrays for several outputs)")
     p.add_argument("--framework", choices=FRAMEWORKS)
@@ -95,8 +96,10 @@ def run(args) -> int:
         from ..oplib import tf_init
         tf_init()
         model = stored
-    else:
+    elif framework == "mxnet":
         model = frontend(framework).model_io.load_checkpoint(stored)
+    else:   # ONNX: ratelnn.onnx_session runs the ratelnn ops
+        model = stored
     reset_device_time()
     fixed = {i["shape"][0] for i in structure["inputs"] if i["shape"] and i["shape"][0] is not None}
     batch = fixed.pop() if len(fixed) == 1 else None

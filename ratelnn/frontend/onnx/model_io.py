@@ -1,5 +1,5 @@
 """Reading and writing ONNX models (docs/onnx.md): a ``ModelProto`` or a path, opset checks,
-external data.
+external data; what a model holds (inputs, outputs, ops outside engines, engines: docs/cli.md).
 
 A model given as a path is loaded with its external data from the model's folder; a
 ``ModelProto`` whose initializers still point to external files is read from
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import ModelError
 from ...frameworks import import_framework
@@ -19,6 +19,10 @@ MIN_OPSET = 13        # the oldest default-domain opset the frontend reads
 DOMAIN = "ratelnn"    # the ONNX domain of ratelnn's custom ops (docs/onnx.md)
 DOMAIN_VERSION = 1
 _SUBGRAPH_OPS = ("If", "Loop", "Scan")
+ENGINE_OP = "RatelEngineOp"
+# role of the nodes outside engines that are no float computation (ONNX op types)
+OP_ROLES = {"RatelMinMax": "calibration", "RatelQuant": "quantize", "QuantizeLinear": "quantize",
+            "DequantizeLinear": "dequantize"}
 
 
 def import_onnx():
@@ -115,3 +119,70 @@ def save_model(proto: Any, path: "str | os.PathLike", external_data: bool = Fals
     write_atomic(str(path), lambda tmp: onnx.save_model(copy, tmp, save_as_external_data=True,
                                                         all_tensors_to_one_file=True,
                                                         location=path.name + ".data", size_threshold=0))
+
+
+def write_model(proto: Any, base: str) -> List[str]:
+    """Write ``proto`` to ``<base>.onnx`` (atomically); returns ``[that path]`` (the form
+    writer of ``ratelnn build``, as the other frontends' ``save_model``)."""
+    save_model(proto, f"{base}.onnx")
+    return [f"{base}.onnx"]
+
+
+def qdq_nodes(proto: Any) -> List[str]:
+    """Names of the standard-domain nodes of ``proto`` that quantize or dequantize (the
+    ONNX spellings of the registry's QDQ ops): a QDQ model has some, a float model none."""
+    from ...ir import registry
+    spellings = {s for name in registry.QDQ_OPS for s in registry.get(name).onnx}
+    return [n.name or n.output[0] for n in proto.graph.node if n.domain in ("", "ai.onnx") and n.op_type in spellings]
+
+
+def node_attrs(node: Any) -> Dict[str, Any]:
+    """The attributes of the ``NodeProto`` ``node`` as Python values (bytes for strings)."""
+    onnx = import_onnx()
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _engine_name(node: Any, attrs: Dict[str, Any]) -> str:
+    name = attrs.get("engine_name", b"")
+    return (name.decode(errors="replace") if isinstance(name, bytes) else str(name)) or node.name
+
+
+def engine_sets(proto: Any) -> List[Tuple[str, List[bytes]]]:
+    """``(engine name, [engine bytes, batch engine bytes...])`` of the ``RatelEngineOp``
+    nodes, in graph order: each node's engine set (docs/multi-batch.md)."""
+    found = []
+    for node in proto.graph.node:
+        if node.domain == DOMAIN and node.op_type == ENGINE_OP:
+            attrs = node_attrs(node)
+            found.append((_engine_name(node, attrs), [bytes(attrs["engine"]),
+                                                      *(bytes(b) for b in attrs.get("batch_engines", []))]))
+    return found
+
+
+def engine_nodes(proto: Any) -> List[Tuple[str, bytes]]:
+    """``(engine name, engine bytes)`` of the ``RatelEngineOp`` nodes, in graph order."""
+    return [(name, blobs[0]) for name, blobs in engine_sets(proto)]
+
+
+def describe(proto: Any) -> Dict[str, Any]:
+    """What ``proto`` holds, as ``frontend.tensorflow.model_io.describe`` has it: ``inputs``
+    (graph inputs that are no initializer: name, dtype, shape with None for a symbolic or
+    unknown size, None if the rank is unknown), ``outputs`` (the graph outputs), ``ops``
+    (nodes outside engines: name, op, role ``quantize``, ``dequantize``, ``calibration`` or
+    ``float``), ``constants_bytes`` (initializers), ``engines``, ``engine_sets``."""
+    onnx = import_onnx()
+    initializers = {t.name for t in proto.graph.initializer}
+    inputs = []
+    for vi in proto.graph.input:
+        if vi.name in initializers:
+            continue
+        t = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "?"
+        shape = [int(d.dim_value) if d.HasField("dim_value") else None for d in t.shape.dim] \
+            if t.HasField("shape") else None
+        inputs.append({"name": vi.name, "dtype": dtype, "shape": shape})
+    ops = [{"name": n.name or n.output[0], "op": n.op_type, "role": OP_ROLES.get(n.op_type, "float")}
+           for n in proto.graph.node if not (n.domain == DOMAIN and n.op_type == ENGINE_OP)]
+    return {"inputs": inputs, "outputs": [{"name": o.name} for o in proto.graph.output], "ops": ops,
+            "constants_bytes": sum(t.ByteSize() for t in proto.graph.initializer),
+            "engines": engine_nodes(proto), "engine_sets": engine_sets(proto)}

@@ -27,16 +27,11 @@ import numpy as np
 
 from ...errors import ModelError
 from ...ir import Node
-from .model_io import DOMAIN, import_onnx
+from .model_io import DOMAIN, import_onnx, node_attrs
 from ...runners import register_runner
 from .runtime import onnx_session as _ort_session
 
 _ERR_LEN = 1024
-
-
-def _attrs(proto: Any) -> Dict[str, Any]:
-    onnx = import_onnx()
-    return {a.name: onnx.helper.get_attribute_value(a) for a in proto.attribute}
 
 
 def _text(v: Any) -> str:
@@ -154,7 +149,7 @@ class RatelSession:
         from ... import oplib
         if self._lib is None:
             self._lib = oplib.ort_init()
-        a = _attrs(node)
+        a = node_attrs(node)
         x = np.ascontiguousarray(x, np.float32)
         err = ctypes.create_string_buffer(_ERR_LEN)
         output_dir = os.path.abspath(_text(a["output_dir"]))
@@ -185,7 +180,7 @@ class RatelSession:
         return [values[t] for t in fetches]
 
     def _run_custom(self, node: Any, inputs: List[np.ndarray]) -> List[np.ndarray]:
-        a = _attrs(node)
+        a = node_attrs(node)
         if node.op_type == "RatelMinMax":
             self._record(node, inputs[0])
             return inputs
