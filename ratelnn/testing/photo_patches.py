@@ -47,6 +47,29 @@ def normalized(rgb: np.ndarray) -> np.ndarray:
     return ((rgb.astype(np.float64) - np.array(MEAN)) / np.array(STD)).astype(np.float32)
 
 
+def nv12(rgb: np.ndarray, vu: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """``(raw [N, 3H/2, W, 1] uint8, decoded float RGB [N, H, W, 3])`` of RGB images: full-range
+    BT.601 YUV420SP with 2x2-averaged chroma as a camera gives it (NV12; ``vu``: NV21), and its
+    float decoding, the RGB a model fed that frame should see (chroma repeated 2x2, nothing
+    clipped)."""
+    rgb = rgb.astype(np.float64)
+    y = rgb @ np.array([0.299, 0.587, 0.114])
+    n, h, w = y.shape
+
+    def codes(a: np.ndarray) -> np.ndarray:
+        return np.clip(np.floor(a + 0.5), 0, 255).astype(np.uint8)
+
+    def half(c: np.ndarray) -> np.ndarray:
+        return c.reshape(n, h // 2, 2, w // 2, 2).mean(axis=(2, 4))
+
+    ys, us, vs = codes(y), codes(half(128 + (rgb[..., 2] - y) / 1.772)), codes(half(128 + (rgb[..., 0] - y) / 1.402))
+    pairs = np.stack([vs, us] if vu else [us, vs], -1).reshape(n, h // 2, w)
+    raw = np.concatenate([ys, pairs], axis=1)[..., None]
+    uf, vf = (c.astype(np.float64).repeat(2, 1).repeat(2, 2) - 128 for c in (us, vs))
+    yf = ys.astype(np.float64)
+    return raw, np.stack([yf + 1.402 * vf, yf - 0.344136 * uf - 0.714136 * vf, yf + 1.772 * uf], -1)
+
+
 def trained_patch_cnn(rgb: np.ndarray, labels: np.ndarray, epochs: int = EPOCHS):
     """A Keras CNN ``[N, SIZE, SIZE, 3]`` normalised RGB -> ``[N, 4]`` softmax, trained with Adam."""
     import keras

@@ -32,30 +32,6 @@ def patches_model():
     return graph_def, ins[0], outs[0], train, test
 
 
-def nv12(rgb: np.ndarray, vu: bool = False):
-    """``(raw [N, 3H/2, W, 1] uint8, decoded float RGB [N, H, W, 3])``: full-range BT.601 YUV
-    with 2x2-averaged chroma, as a camera gives it, and its float decoding (the RGB the
-    model should see; chroma repeated 2x2, nothing clipped)."""
-    rgb = rgb.astype(np.float64)
-    y = rgb @ np.array([0.299, 0.587, 0.114])
-    u, v = 128 + (rgb[..., 2] - y) / 1.772, 128 + (rgb[..., 0] - y) / 1.402
-    n, h, w = y.shape
-
-    def codes(a):
-        return np.clip(np.floor(a + 0.5), 0, 255).astype(np.uint8)
-
-    def half(c):
-        return c.reshape(n, h // 2, 2, w // 2, 2).mean(axis=(2, 4))
-
-    ys, us, vs = codes(y), codes(half(u)), codes(half(v))
-    pairs = np.stack([vs, us] if vu else [us, vs], -1).reshape(n, h // 2, w)
-    raw = np.concatenate([ys, pairs], axis=1)[..., None]
-    full = [c.astype(np.float64).repeat(2, 1).repeat(2, 2) - 128 for c in (us, vs)]
-    yf = ys.astype(np.float64)
-    decoded = np.stack([yf + 1.402 * full[1], yf - 0.344136 * full[0] - 0.714136 * full[1], yf + 1.772 * full[0]], -1)
-    return raw, decoded
-
-
 def _build(patches_model, tmp_path, processor, sixteen_bits=True):
     """(compiled GraphDef, quantized GraphDef) from a Pulsar2-form YAML config."""
     import ratelnn
@@ -129,6 +105,8 @@ def test_bgr_u8_input_agrees_with_fp32_on_normalised_rgb(patches_model, tmp_path
 
 @pytest.mark.parametrize("fmt", ["YUV420SP", "YUV420SP_VU"])
 def test_yuv420sp_input_agrees_with_fp32_on_the_decoded_rgb(patches_model, tmp_path, fmt):
+    from ratelnn.testing.photo_patches import nv12
+
     _, _, _, _, (x_test, _) = patches_model
     compiled, _ = _build(patches_model, tmp_path, {"src_dtype": "U8", "src_format": fmt,
                                                   "csc_mode": "FullRange_BT601"})

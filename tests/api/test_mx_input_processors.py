@@ -36,28 +36,13 @@ def _nchw(x):
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
 
-def _nv12_nchw(rgb):
-    """``(raw [N, 1, 3H/2, W] uint8, decoded float RGB NHWC)``: full-range BT.601 with
-    2x2-averaged chroma, and its float decoding (chroma repeated, nothing clipped)."""
-    rgb = rgb.astype(np.float64)
-    y = rgb @ np.array([0.299, 0.587, 0.114])
-    n, h, w = y.shape
-    codes = [np.clip(np.floor(c + 0.5), 0, 255).astype(np.uint8) for c in (
-        y, (128 + (rgb[..., 2] - y) / 1.772).reshape(n, h // 2, 2, w // 2, 2).mean(axis=(2, 4)),
-        (128 + (rgb[..., 0] - y) / 1.402).reshape(n, h // 2, 2, w // 2, 2).mean(axis=(2, 4)))]
-    raw = np.concatenate([codes[0], np.stack(codes[1:], -1).reshape(n, h // 2, w)], axis=1)[:, None]
-    yf, (uf, vf) = codes[0].astype(np.float64), [c.astype(np.float64).repeat(2, 1).repeat(2, 2) - 128
-                                                  for c in codes[1:]]
-    return raw, np.stack([yf + 1.402 * vf, yf - 0.344136 * uf - 0.714136 * vf, yf + 1.772 * uf], -1)
-
-
 @pytest.mark.parametrize("src_format, src_layout", [("BGR", "NHWC"), ("YUV420SP", "NCHW")])
 def test_mxnet_model_takes_the_raw_u8_image(mx, patches, tmp_path, src_format, src_layout):
     from ratelnn.frontend.mxnet import converter
     from ratelnn.frontend.mxnet.model_io import engine_nodes
     from ratelnn.npu.engine import Engine
     from ratelnn.testing import run_graph
-    from ratelnn.testing.photo_patches import MEAN, STD, normalized
+    from ratelnn.testing.photo_patches import MEAN, STD, normalized, nv12
 
     model, out, (x_train, _), (x_test, _) = patches
     config = {"input_nodes": ["data"], "output_nodes": [out], "input_shapes": "data:32x3x16x16",
@@ -71,7 +56,8 @@ def test_mxnet_model_takes_the_raw_u8_image(mx, patches, tmp_path, src_format, s
     if src_format == "BGR":
         raw, rgb = np.ascontiguousarray(x_test[..., ::-1]), x_test
     else:
-        raw, rgb = _nv12_nchw(x_test)
+        raw, rgb = nv12(x_test)
+        raw = raw.reshape(len(raw), 1, *raw.shape[1:3])   # the same bytes as NCHW
     (_, blob), = engine_nodes(json.loads(compiled[0].tojson())["nodes"])
     engine = Engine.from_bytes(blob)
     assert [(s.shape[1:], s.dtype) for s in engine.inputs] == [(raw.shape[1:], np.uint8)]
