@@ -88,6 +88,13 @@ DEFAULTS: Dict[str, Any] = {
     "calibration_size": None,
     "src_dtype": None,
     "calibration_format": None,
+    # under src_dtype uint8 the compiled model takes the raw image in src_format / src_layout
+    # (default: channel_order / data_format); csc_mode or csc_mat convert YUV to RGB
+    # (docs/architecture.md §6, "Input processors")
+    "src_format": None,
+    "src_layout": None,
+    "csc_mode": None,
+    "csc_mat": None,
 }
 
 # quant_cfg defaults per tensor role: weights per output channel, everything 8 bit.
@@ -389,10 +396,30 @@ def _check_choices(cfg: Dict[str, Any]) -> None:
         if value is not None and value not in set(SRC_DTYPES.values()):
             raise ConfigError(f"config key 'src_dtype' must be 'uint8' or 'float32' (or a mapping of "
                               f"input name -> one of them), got {src!r}")
+    _check_input_processors(cfg)
     for key in ("op_processors", "const_processors"):
         value = cfg[key]
         if not isinstance(value, (list, tuple)) or not all(isinstance(e, Mapping) for e in value):
             raise ConfigError(f"config key {key!r} must be a list of mappings, got {value!r}")
+
+
+def _check_input_processors(cfg: Dict[str, Any]) -> None:
+    """``src_format``, ``src_layout``, ``csc_mode`` (one of their names, or ``{input: name}``)
+    and ``csc_mat`` (12 numbers, or ``{input: [...]}``)."""
+    from .config_forms import INPUT_CHOICES
+    for key in ("src_format", "src_layout", "csc_mode"):
+        value = cfg[key]
+        allowed = sorted(set(INPUT_CHOICES[key].values()))
+        for v in (value.values() if isinstance(value, Mapping) else [value]):
+            if v is not None and v not in allowed:
+                raise ConfigError(f"config key {key!r} must be one of {allowed} (or a mapping of input name "
+                                  f"-> one of them), got {value!r}")
+    mat = cfg["csc_mat"]
+    for v in (mat.values() if isinstance(mat, Mapping) else [mat]):
+        if v is not None and (not isinstance(v, (list, tuple)) or len(v) != 12 or
+                              not all(isinstance(e, numbers.Real) and not isinstance(e, bool) for e in v)):
+            raise ConfigError(f"config key 'csc_mat' must be 12 numbers (R, G, B rows of [y, u, v, offset]) "
+                              f"or a mapping of input name -> such a list, got {mat!r}")
 
 
 def _unknown_quant_cfg(quant_cfg: Mapping[str, Any]) -> list:

@@ -48,6 +48,9 @@ EIGHT_BIT = ("uint8", "int8")   # ratelnn's default activation precision (sign f
 SRC_DTYPES = {"u8": "uint8", "uint8": "uint8", "fp32": "float32", "float32": "float32"}
 LAYOUTS = ("NHWC", "NCHW")
 CHANNEL_ORDERS = {"rgb": "RGB", "bgr": "BGR"}   # 1-channel inputs read grayscale anyway
+# what the compiled model takes under src_dtype uint8 (docs/architecture.md §6, "Input processors")
+SRC_FORMATS = {"rgb": "RGB", "bgr": "BGR", "gray": "GRAY", "yuv420sp": "YUV420SP", "yuv420sp_vu": "YUV420SP_VU"}
+CSC_MODES = {m.lower(): m for m in ("FullRange_BT601", "LimitedRange_BT601", "FullRange_BT709", "LimitedRange_BT709")}
 PRECISION_METHODS = ("PerLayer", "EndToEnd")
 PRECISION_MODES = ("Reference", "NPUBackend")
 CHECK_LEVELS = (0, 1, 2, 3)   # compiler.check: no check, all close, all equal, cosine
@@ -100,10 +103,18 @@ INPUT_KEYS = {
     "tensor_format": ("channel_order", _STR),
     "src_dtype": ("src_dtype", _STR),
     "calibration_format": ("calibration_format", _STR),
+    "src_format": ("src_format", _STR),
+    "src_layout": ("src_layout", _STR),
+    "csc_mode": ("csc_mode", _STR),
+    "csc_mat": ("csc_mat", _LIST),
 }
 # calibration_format spellings (Pulsar2's Image, Numpy, Binary, NumpyObject; any case) -> native
 CALIBRATION_FORMATS = {"image": "image", "numpy": "numpy", "binary": "binary", "numpyobject": "numpy_object",
                        "numpy_object": "numpy_object"}
+# per-input flat key -> its spellings (any case) -> native value
+INPUT_CHOICES = {"data_format": {v.lower(): v for v in LAYOUTS}, "src_layout": {v.lower(): v for v in LAYOUTS},
+                 "channel_order": CHANNEL_ORDERS, "src_dtype": SRC_DTYPES, "calibration_format": CALIBRATION_FORMATS,
+                 "src_format": SRC_FORMATS, "csc_mode": CSC_MODES}
 LAYER_KEYS = {"layer_name": ((str, list, tuple), "a name or a list of names"),
               "op_type": ((str, list, tuple), "an op type or a list of op types"),
               "layer_names": _LIST, "op_types": _LIST,
@@ -353,14 +364,8 @@ def _inputs(entries: Sequence[Tuple[str, Mapping]], put: Callable[[str, str, Any
                 continue
             if flat_key is None:
                 continue
-            if flat_key == "data_format":
-                value = _choice(f"{where}.{key}", value, {v.lower(): v for v in LAYOUTS})
-            elif flat_key == "channel_order":
-                value = _choice(f"{where}.{key}", value, CHANNEL_ORDERS)
-            elif flat_key == "src_dtype":
-                value = _choice(f"{where}.{key}", value, SRC_DTYPES)
-            elif flat_key == "calibration_format":
-                value = _choice(f"{where}.{key}", value, CALIBRATION_FORMATS)
+            if flat_key in INPUT_CHOICES:
+                value = _choice(f"{where}.{key}", value, INPUT_CHOICES[flat_key])
             slot = per_key.setdefault(flat_key, {})
             if name in slot and slot[name][1] != value:
                 raise ConfigError(f"{slot[name][0]} = {slot[name][1]!r} and {where}.{key} = {value!r} "

@@ -122,11 +122,14 @@ class ConvertImpl:
         ``graph_quant``: a quantized model made by ``to_quant`` to compile; None quantizes
         from the statistics in ``output_dir``."""
         from .compiler import compile_graph
+        from .compiler.input_processors import input_processors
         self.handler.ensure_ops()
         qgraph = self.quantized_ir(graph_quant)
-        compiled = compile_graph(qgraph, self.config, self.device_info)
-        if self.config["compiler_check"]:
-            self.compiler_check_report = self._compiler_check(qgraph, compiled)
+        processors = input_processors(qgraph, self.config, self.handler.framework)
+        compiled = compile_graph(qgraph, self.config, self.device_info, processors=processors)
+        if self.config["compiler_check"]:   # the model's engines, fed the quantized model's input codes
+            checked = compile_graph(qgraph, self.config, self.device_info) if processors else compiled
+            self.compiler_check_report = self._compiler_check(qgraph, checked)
         return self.handler.export_graph(compiled)
 
     def _compiler_check(self, qgraph: Graph, compiled: Graph):

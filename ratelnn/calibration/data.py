@@ -136,9 +136,10 @@ class ImagePreprocess:
 
 def for_input(config: Mapping[str, Any], name: str) -> Dict[str, Any]:
     """``config`` with the per-input values (``{input name: value}``, docs/architecture.md §14)
-    of the image keys, ``src_dtype`` and ``calibration_format`` replaced by ``name``'s."""
+    of the image keys, ``src_dtype``, ``calibration_format`` and the input-processor keys
+    (``src_format``, ``src_layout``, ``csc_mode``, ``csc_mat``) replaced by ``name``'s."""
     out = dict(config)
-    for key in IMAGE_KEYS + ("src_dtype", "calibration_format"):
+    for key in IMAGE_KEYS + ("src_dtype", "calibration_format", "src_format", "src_layout", "csc_mode", "csc_mat"):
         value = out.get(key)
         if isinstance(value, Mapping):
             out[key] = next((v for k, v in value.items() if k in (name, f"{name}:0")), None)

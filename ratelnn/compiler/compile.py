@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from ..npu.batching import rebatch
 from ..npu.engine import ACTIVATION_DTYPES, MAX_TENSOR_ELEMENTS, MAX_TOTAL_BYTES, EngineError
 from .partition import find_regions
 from ..quantization.policy import QuantPlan, make_plan
+from .input_processors import InputProcessor, attach
 from .lower import is_lowerable, lower_region
 
 INPUT_SCALE_FILE = "input_quant_nodes.txt"
@@ -199,7 +200,7 @@ def engine_sets(graph: Graph) -> List[Tuple[str, List[bytes]]]:
             for n in graph.nodes if n.op == "Engine"]
 
 def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None,
-                  layer_by_layer: bool = False) -> Graph:
+                  layer_by_layer: bool = False, processors: Sequence[InputProcessor] = ()) -> Graph:
     """The compiled graph of the quantized ``qgraph`` (made by ``quantize``).
 
     ``layer_by_layer``: every NPU-supported node lowered alone into its own engine
@@ -212,8 +213,11 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     inputs take integer codes ``q = round(x / in_scale)`` and the scales are written to
     ``input_quant_nodes.txt`` in ``config["output_dir"]`` and in the working directory.
     ``static_batch_sizes`` / ``max_dynamic_batch_size`` give every engine node an engine set
-    (:func:`engine_batch_sizes`; attrs ``engine`` + ``batch_engines``, docs/ir.md)."""
+    (:func:`engine_batch_sizes`; attrs ``engine`` + ``batch_engines``, docs/ir.md).
+    ``processors`` (:func:`~ratelnn.compiler.input_processors.input_processors`) make those
+    inputs take the raw uint8 image, converted and normalised in the first engine."""
     src = qgraph.copy()
+    raw_inputs = attach(src, list(processors))
     src.toposort()
     plan = make_plan(src, config)
     regions = find_regions(src, lambda g, n: is_npu_supported(g, n, plan), merge=not layer_by_layer)
@@ -224,7 +228,8 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     batch_sizes = engine_batch_sizes(config)
     remove_input_quant = bool(config.get("remove_input_quant", False))
     if remove_input_quant:
-        _integer_inputs(asm)
+        _integer_inputs(asm, src.inputs)
+    _integer_inputs(asm, raw_inputs)
 
     in_region = {id(n) for r in regions for n in r.nodes}
     asm.float_node_names = {n.name for n in src.nodes if id(n) not in in_region}
@@ -284,9 +289,10 @@ def _is_integer(graph: Graph, tensor: str) -> bool:
             and info.dtype != "float32" and tensor in graph.qparams)
 
 
-def _integer_inputs(asm: _Assembler) -> None:
-    """``remove_input_quant``: every graph input becomes its integer codes."""
-    for t in asm.src.inputs:
+def _integer_inputs(asm: _Assembler, inputs: Sequence[str]) -> None:
+    """Graph ``inputs`` become their integer codes (``remove_input_quant``: every input; raw
+    image inputs of input processors)."""
+    for t in inputs:
         qp = asm.src.qparams.get(t)
         if qp is None or qp.per_channel:
             raise ConfigError(f"remove_input_quant: graph input {t!r} is not quantized (no quantized op "

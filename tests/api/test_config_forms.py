@@ -42,7 +42,7 @@ def builds(fashion_mnist, fashion_cnn, tmp_path_factory):
     (x_train, _), _ = fashion_mnist
     u8 = np.round(x_train[:2 * SAMPLES] * 255).astype(np.uint8)
     np.save(d / "u8.npy", u8)                                          # what Pulsar2 users calibrate on
-    np.save(d / "f32.npy", u8[:SAMPLES].astype(np.float32) / np.float32(255))   # what native users do
+    np.save(d / "u8_native.npy", u8[:SAMPLES])
     pulsar2 = {
         "input_nodes": ins, "output_nodes": outs, "input_shapes": f"{ins[0]}:{BATCH}x28x28x1",
         "quant": {"calibration_method": "MSE", "calibration_size": SAMPLES, "precision_analysis": False,
@@ -60,6 +60,7 @@ def builds(fashion_mnist, fashion_cnn, tmp_path_factory):
     native = {
         "input_nodes": ins, "output_nodes": outs, "input_shapes": [[BATCH, 28, 28, 1]],
         "quantize_algorithm": "mse", "static_batch_sizes": [BATCH], "precision_analysis_method": "PerLayer",
+        "src_dtype": "uint8", "std": 255.0,   # the compiled model takes the uint8 image in both forms
         "layer_configs": [{"op_type": "Conv2D", "data_type": "int16"},
                           {"layer_name": mean, "data_type": "uint8"},
                           {"start_tensor_names": [concat], "end_tensor_names": outs, "data_type": "fp32"}],
@@ -68,7 +69,7 @@ def builds(fashion_mnist, fashion_cnn, tmp_path_factory):
     (d / "native.json").write_text(json.dumps(native))
     common = ["--model", str(d / "cnn.pb"), "--no-progress", "--forms", "quant,npu", "--output_name", "cnn"]
     assert main(["build", str(d / "pulsar2.yaml"), "--work_dir", str(d / "p2"), *common]) == 0
-    assert main(["build", str(d / "native.json"), "--work_dir", str(d / "nat"), "--data", str(d / "f32.npy"),
+    assert main(["build", str(d / "native.json"), "--work_dir", str(d / "nat"), "--data", str(d / "u8_native.npy"),
                  *common]) == 0
     return d, matmul
 
@@ -197,13 +198,13 @@ def test_section_forms_resolve_to_flat_keys_with_one_warning(tmp_path, monkeypat
         "layer_configs": [{"layer_name": "DEFAULT", "data_type": "S16"}, {"op_type": "FullyConnected",
                                                                         "output_data_type": "FP32"}]},
         compiler={"max_dynamic_batch_size": 8, "check": 2, "opt": 1},
-        input_processors=[{"tensor_name": "x", "calibration_dataset": "a.npy", "csc_mode": "x"}])
+        input_processors=[{"tensor_name": "x", "calibration_dataset": "a.npy", "src_extra_shapes": []}])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = normalize(config, "tensorflow")
     messages = [str(w.message) for w in caught if "unknown config keys" in str(w.message)]
     assert messages == ["ratelnn: unknown config keys kept and ignored: quant.junk, compiler.opt, "
-                        "input_processors[].csc_mode"]
+                        "input_processors[].src_extra_shapes"]
     assert c["input_shapes"] == [[2, 4]] and c["quantize_algorithm"] == "kld" and c["calibration_size"] == 10
     assert c["layer_configs"] == [{"start_tensor_names": ["DEFAULT"], "end_tensor_names": ["DEFAULT"],
                                    "data_type": "int16"}, {"op_type": "FullyConnected", "data_type": "fp32"}]

@@ -56,8 +56,8 @@ def _perturbed(factor: float, channel=None):
     layer and the graph."""
     seen = {}
 
-    def compile_and_perturb(qgraph, config, device_info=None):
-        graph = compile_graph(qgraph, config, device_info)
+    def compile_and_perturb(qgraph, config, device_info=None, **options):
+        graph = compile_graph(qgraph, config, device_info, **options)
         node = next(n for n in graph.nodes if n.op == "Engine")
         proto = pb.Engine()
         proto.CopyFrom(Engine.from_bytes(node.attrs["engine"]).proto)
