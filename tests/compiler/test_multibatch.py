@@ -294,3 +294,108 @@ def test_joint_placement_stamps_every_engine_of_a_set(tmp_path):
         x = np.random.default_rng(0).standard_normal((5,) + tuple(graph.shape(graph.inputs[0])[1:])).astype(np.float32)
         rows = [run_compiled(graph, {graph.inputs[0]: x[i:i + 1]})[graph.outputs[0]] for i in range(5)]
         np.testing.assert_array_equal(run_compiled(graph, {graph.inputs[0]: x})[graph.outputs[0]], np.concatenate(rows))
+
+
+def test_tensorflow_batch_sizes_share_the_weights(tmp_path):
+    """static_batch_sizes [1, 4, 8]: the serialized GraphDef is at most 1.1x the batch-1 model
+    (one copy of the weights), and every sample's output equals the batch-1 model's bits."""
+    from ratelnn.frontend.tensorflow import converter
+    ratelnn.tf_init()
+    graph_def, ins, outs = _tf_model(hidden=64)
+    rng = np.random.default_rng(0)
+    calib = rng.random((8, 8, 8, 3), dtype=np.float32)
+    models = {}
+    for label, extra in (("single", {}), ("multi", {"static_batch_sizes": [1, 4, 8]})):
+        c = converter(graph_def, {"input_nodes": ins, "output_nodes": outs, "input_shapes": [[1, 8, 8, 3]],
+                                  "output_dir": str(tmp_path / label), **extra})
+        c.calibrate(calib, progress=False)
+        models[label] = c.to_npu()
+    sizes = {label: len(m.SerializeToString()) for label, m in models.items()}
+    assert sizes["multi"] <= 1.1 * sizes["single"], sizes
+    x = rng.random((11, 8, 8, 3), dtype=np.float32)
+    single = np.concatenate([run_model("tensorflow", models["single"], {ins[0]: x[i:i + 1]}, [outs[0]])[0]
+                             for i in range(len(x))])
+    for n in (1, 3, 8, 11):
+        np.testing.assert_array_equal(run_model("tensorflow", models["multi"], {ins[0]: x[:n]}, [outs[0]])[0],
+                                      single[:n], err_msg=f"batch {n}")
+
+
+@pytest.mark.no_tf_math
+def test_mxnet_batch_sizes_share_the_weights(tmp_path):
+    """The same for MXNet: symbol JSON plus params bytes at most 1.1x the batch-1 model."""
+    from ratelnn.frontend.mxnet import converter
+    from ratelnn.mxnet_compat import import_mxnet
+    ratelnn.mx_init()
+    mx = import_mxnet()
+    data = mx.sym.var("data")
+    x = mx.sym.Convolution(data, kernel=(3, 3), num_filter=8, pad=(1, 1), name="conv")
+    x = mx.sym.Activation(x, act_type="relu", name="relu")
+    x = mx.sym.Reshape(x, shape=(0, -1), name="flat")
+    out = mx.sym.FullyConnected(x, num_hidden=64, name="out")
+    rng = np.random.default_rng(0)
+    args = {"conv_weight": rng.standard_normal((8, 3, 3, 3)), "conv_bias": rng.standard_normal(8),
+            "out_weight": rng.standard_normal((64, 512)) * 0.05, "out_bias": rng.standard_normal(64)}
+    model = (out, {k: mx.nd.array(v.astype(np.float32)) for k, v in args.items()}, {})
+    calib = rng.random((8, 3, 8, 8), dtype=np.float32)
+    sizes, models = {}, {}
+    for label, extra in (("single", {}), ("multi", {"static_batch_sizes": [1, 4, 8]})):
+        c = converter(model, {"input_nodes": ["data"], "output_nodes": ["out"], "input_shapes": [[1, 3, 8, 8]],
+                              "output_dir": str(tmp_path / label), **extra})
+        c.calibrate(calib, progress=False)
+        sym, arg_params, aux_params = models[label] = c.to_npu()
+        params = tmp_path / f"{label}.params"
+        mx.nd.save(str(params), {**{f"arg:{k}": v for k, v in arg_params.items()},
+                                 **{f"aux:{k}": v for k, v in aux_params.items()}})
+        sizes[label] = len(sym.tojson()) + params.stat().st_size
+    assert sizes["multi"] <= 1.1 * sizes["single"], sizes
+    x = rng.random((5, 3, 8, 8), dtype=np.float32)
+    single = np.concatenate([run_model("mxnet", models["single"], {"data": x[i:i + 1]}, ["out"])[0] for i in range(5)])
+    np.testing.assert_array_equal(run_model("mxnet", models["multi"], {"data": x}, ["out"])[0], single)
+
+
+def _conv_engine(cores: int, split_mode: str):
+    """One 3x3 convolution, 72x72x64 -> 64 channels, compiled for batches 1, 2, 4 on
+    ``cores`` cores: big enough that its cycles grow with the batch."""
+    from helpers.engines import requant_consts
+
+    from ratelnn.npu.engine import EngineBuilder
+    rng = np.random.default_rng(1)
+    b = EngineBuilder("conv", 1)
+    tx = b.tensor("x", (1, 72, 72, 64), "int8", 0.02)
+    ty = b.tensor("y", (1, 72, 72, 64), "int8", 0.05)
+    wq = rng.integers(-127, 128, (3, 3, 64, 64)).astype(np.int8)
+    b.add("CONV2D", [tx], [ty], requant_consts(b, wq, "int8", np.full(64, 0.02 * 0.01 / 0.05),
+                                               rng.integers(-500, 500, 64)),
+          strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 1), groups=1)
+    b.set_io([tx], [ty])
+    b.set_placement(0, list(range(cores)), split_mode)
+    return batching.with_batch_plans(b.build(), [1, 2, 4])
+
+
+@pytest.mark.no_tf_math
+@pytest.mark.parametrize("cores, split_mode, cheaper", [(1, "SPLIT_NONE", [(2, 0, 2), (1, 2, 1)]),
+                                                        (4, "SPLIT_BATCH", [(4, 0, 3)])])
+def test_batch_of_three_runs_the_cheaper_split(cores, split_mode, cheaper):
+    """A batch of 3 over sizes 1, 2, 4 runs as 2 + 1 or padded to 4, whichever the cost
+    model's cycles (estimated again here) predict cheaper: on one core 2 + 1, on four cores
+    splitting the batch one padded chunk; both executors give each sample the bits of
+    running it alone."""
+    from ratelnn.npu.costmodel import layer_cycles
+    from ratelnn.npu.costs import instruction_layer_cost
+    from ratelnn.npu.device import target_device
+    engine = _conv_engine(cores, split_mode)
+    core = target_device(0).core
+    chunk = {}
+    for at in expand_engine_set([engine]):
+        total = sum(round(layer_cycles(instruction_layer_cost(at.proto, ins), core, at.batch_size)[0])
+                    for ins in at.proto.instructions)
+        busiest = at.batch_size if split_mode == "SPLIT_NONE" else -(-at.batch_size // cores)
+        chunk[at.batch_size] = total / at.batch_size * busiest
+    expected = [(2, 0, 2), (1, 2, 1)] if chunk[2] + chunk[1] < chunk[4] else [(4, 0, 3)]
+    assert expected == cheaper
+    slots = batch_slots([engine])
+    assert plan_batches([s for s, _, _ in slots], 3, [c for _, _, c in slots]) == expected
+    x = np.random.default_rng(3).integers(-128, 128, (3, 72, 72, 64)).astype(np.int8)
+    alone = np.concatenate([engine.run([x[i:i + 1]], backend="native")[0] for i in range(3)])
+    for backend in ("reference", "native"):
+        np.testing.assert_array_equal(batching.run_engine_set([engine], [x], backend=backend)[0], alone)
