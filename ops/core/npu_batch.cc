@@ -59,6 +59,7 @@ std::vector<BatchChunk> plan_batches(const std::vector<int64_t>& sizes, const st
   for (int64_t m = 1; m <= rest; ++m) {
     bool found = false;
     for (size_t i = sizes.size(); i-- > 0;) {
+      if (sizes[i] > m && i > 0 && sizes[i - 1] >= m) continue;  // pad only to the smallest size holding m
       const Best& prev = best[size_t(std::max<int64_t>(m - sizes[i], 0))];
       const Best cand{prev.cycles + cycles[i], prev.padded + std::max<int64_t>(sizes[i] - m, 0), prev.count + 1, i};
       const Best& cur = best[size_t(m)];

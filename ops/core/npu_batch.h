@@ -4,8 +4,8 @@
 // constants) or, as models compiled before that stored it, one engine per size.
 // q = n / B chunks of the largest compiled size B, then the remainder r = n % B > 0 as the
 // chunks of least predicted cycles (chunk_cycles), fewest padded samples and fewest chunks
-// next: a sum of compiled sizes (3 = 2 + 1) or one size padded with zero samples whose outputs
-// are dropped (3 -> 4).  Shared by the TensorFlow and MXNet engine ops.
+// next: a sum of compiled sizes (3 = 2 + 1), or ending in one chunk of the smallest size that
+// holds what is left, padded with zero samples whose outputs are dropped (3 -> 4).  Shared by the TensorFlow and MXNet engine ops.
 #pragma once
 
 #include <cstdint>

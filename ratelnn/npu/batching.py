@@ -9,7 +9,8 @@ of engines whose sizes ascend.  A run of ``n`` samples is split by :func:`plan_b
 same rule as ``ops/core/npu_batch.cc``): ``q = n // B`` chunks of the largest size ``B``, then
 the remainder ``r = n % B > 0`` as the chunks of least predicted cycles
 (:func:`chunk_cycles`), fewest padded samples and fewest chunks next: a sum of compiled sizes
-(3 = 2 + 1) or one size padded with zero samples whose outputs are dropped (3 -> 4).
+(3 = 2 + 1), or ending in one chunk of the smallest size that holds what is left, padded with
+zero samples whose outputs are dropped (3 -> 4).
 """
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ def plan_batches(sizes: Sequence[int], n: int, cycles: Optional[Sequence[float]]
     for m in range(1, rest + 1):
         options = []
         for i in range(len(sizes) - 1, -1, -1):   # ties: the first found (larger sizes first)
+            if sizes[i] > m and i > 0 and sizes[i - 1] >= m:
+                continue   # padded only up to the smallest size that holds the m samples
             c, p, k, _ = best[max(m - sizes[i], 0)]
             options.append((c + cycles[i], p + max(sizes[i] - m, 0), k + 1, i))
         best.append(min(options, key=lambda o: o[:3]))

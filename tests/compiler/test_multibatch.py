@@ -97,6 +97,9 @@ def test_plan_batches_rule():
     assert plan_batches([1, 2, 4], 3, [10.0, 12.0, 30.0]) == [(2, 0, 2), (1, 2, 1)]   # 22 < 30
     assert plan_batches([1, 2, 4], 3, [10.0, 12.0, 21.0]) == [(4, 0, 3)]              # 21 < 22
     assert plan_batches([1, 2, 4, 8], 9) == [(8, 0, 8), (1, 8, 1)]   # no costs: the fewest padded samples
+    falling = [300.0, 200.0, 100.0]   # larger chunks cheaper: still padded only to the smallest size that holds them
+    assert plan_batches([1, 4, 16], 1, falling) == [(1, 0, 1)]
+    assert plan_batches([1, 4, 16], 3, falling) == [(4, 0, 3)]
     assert plan_batches([4], 0) == []
     assert compile_mod.engine_batch_sizes({"max_dynamic_batch_size": 8}) == [1, 2, 4, 8]
     assert compile_mod.engine_batch_sizes({"max_dynamic_batch_size": 6}) == [1, 2, 4, 6]
