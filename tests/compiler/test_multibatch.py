@@ -235,21 +235,26 @@ def test_tensorflow_engines_per_size_still_load(tmp_path):
         run_model("tensorflow", model, {ins[0]: np.zeros((2, 8, 8, 3), np.float32)}, [outs[0]])
 
 
-@pytest.mark.no_tf_math
-def test_mxnet_dynamic_batch(tmp_path, monkeypatch):
-    from ratelnn.frontend.mxnet import converter
+def _mx_model(filters: int, hidden: int):
+    """MXNet ``(symbol, arg_params, aux_params)``: 3x3 conv (``filters``) -> relu -> flatten
+    -> dense ``hidden`` on 3x8x8 inputs, random weights."""
     from ratelnn.mxnet_compat import import_mxnet
     ratelnn.mx_init()
     mx = import_mxnet()
-    data = mx.sym.var("data")
-    x = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, pad=(1, 1), name="conv")
-    x = mx.sym.Activation(x, act_type="relu", name="relu")
-    x = mx.sym.Reshape(x, shape=(0, -1), name="flat")
-    out = mx.sym.FullyConnected(x, num_hidden=6, name="out")
+    x = mx.sym.Convolution(mx.sym.var("data"), kernel=(3, 3), num_filter=filters, pad=(1, 1), name="conv")
+    x = mx.sym.Reshape(mx.sym.Activation(x, act_type="relu", name="relu"), shape=(0, -1), name="flat")
+    out = mx.sym.FullyConnected(x, num_hidden=hidden, name="out")
     rng = np.random.default_rng(0)
-    args = {"conv_weight": rng.standard_normal((4, 3, 3, 3)), "conv_bias": rng.standard_normal(4),
-            "out_weight": rng.standard_normal((6, 256)) * 0.05, "out_bias": rng.standard_normal(6)}
-    model = (out, {k: mx.nd.array(v.astype(np.float32)) for k, v in args.items()}, {})
+    args = {"conv_weight": rng.standard_normal((filters, 3, 3, 3)), "conv_bias": rng.standard_normal(filters),
+            "out_weight": rng.standard_normal((hidden, filters * 64)) * 0.05, "out_bias": rng.standard_normal(hidden)}
+    return out, {k: mx.nd.array(v.astype(np.float32)) for k, v in args.items()}, {}
+
+
+@pytest.mark.no_tf_math
+def test_mxnet_dynamic_batch(tmp_path, monkeypatch):
+    from ratelnn.frontend.mxnet import converter
+    model = _mx_model(4, 6)
+    rng = np.random.default_rng(0)
     c = converter(model, {"input_nodes": ["data"], "output_nodes": ["out"], "input_shapes": [[1, 3, 8, 8]],
                           "output_dir": str(tmp_path), "max_dynamic_batch_size": 8})
     c.calibrate(rng.random((8, 3, 8, 8), dtype=np.float32), progress=False)
@@ -328,17 +333,9 @@ def test_mxnet_batch_sizes_share_the_weights(tmp_path):
     """The same for MXNet: symbol JSON plus params bytes at most 1.1x the batch-1 model."""
     from ratelnn.frontend.mxnet import converter
     from ratelnn.mxnet_compat import import_mxnet
-    ratelnn.mx_init()
     mx = import_mxnet()
-    data = mx.sym.var("data")
-    x = mx.sym.Convolution(data, kernel=(3, 3), num_filter=8, pad=(1, 1), name="conv")
-    x = mx.sym.Activation(x, act_type="relu", name="relu")
-    x = mx.sym.Reshape(x, shape=(0, -1), name="flat")
-    out = mx.sym.FullyConnected(x, num_hidden=64, name="out")
+    model = _mx_model(8, 64)
     rng = np.random.default_rng(0)
-    args = {"conv_weight": rng.standard_normal((8, 3, 3, 3)), "conv_bias": rng.standard_normal(8),
-            "out_weight": rng.standard_normal((64, 512)) * 0.05, "out_bias": rng.standard_normal(64)}
-    model = (out, {k: mx.nd.array(v.astype(np.float32)) for k, v in args.items()}, {})
     calib = rng.random((8, 3, 8, 8), dtype=np.float32)
     sizes, models = {}, {}
     for label, extra in (("single", {}), ("multi", {"static_batch_sizes": [1, 4, 8]})):
