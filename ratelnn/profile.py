@@ -46,12 +46,18 @@ def model_engines(graph_npu: Any) -> List[Tuple[str, Engine]]:
 
 
 def model_engine_sets(graph_npu: Any) -> List[Tuple[str, List[Engine]]]:
-    """``(engine_name, [Engine, ...])``: every engine node's engine set (docs/multi-batch.md;
-    one engine when the model was compiled for one batch size), validated and checked."""
+    """``(engine_name, [Engine, ...])``: every engine node's engine set (docs/multi-batch.md),
+    validated and checked, as one engine per compiled size (ascending; one engine when the
+    model was compiled for one batch size)."""
+    from .npu.batching import expand_engine_set
+    return [(name, expand_engine_set(engines)) for name, engines in _decoded_sets(graph_npu)]
+
+
+def _decoded_sets(graph_npu: Any) -> List[Tuple[str, List[Engine]]]:
+    """Every engine node's engine set as stored (engines with their batch plans), checked."""
     from .npu.batching import check_engine_set
-    found = _engine_blobs(graph_npu)
     sets = []
-    for name, blobs in found:
+    for name, blobs in _engine_blobs(graph_npu):
         engines = [Engine.from_bytes(b, label=name) for b in blobs]
         check_engine_set(engines, name)
         sets.append((name, engines))
@@ -61,7 +67,8 @@ def model_engine_sets(graph_npu: Any) -> List[Tuple[str, List[Engine]]]:
 def compiled_batch_sizes(graph_npu: Any) -> List[int]:
     """The batch sizes the model's engine sets were compiled for (docs/multi-batch.md); one
     size (the ``input_shapes`` batch) for a model compiled without multi-batch."""
-    sizes = {tuple(e.batch_size for e in engines) for _, engines in model_engine_sets(graph_npu)}
+    from .npu.batching import batch_slots
+    sizes = {tuple(size for size, _, _ in batch_slots(engines)) for _, engines in _decoded_sets(graph_npu)}
     if not sizes:
         raise ValueError("the model has no NPU engine (compile it with to_npu first)")
     if len(sizes) > 1:
@@ -75,16 +82,34 @@ def profile_batch_sizes(graph_npu: Any, device_info: Optional[Mapping[Any, Any]]
     return {b: profile(graph_npu, b, device_info) for b in compiled_batch_sizes(graph_npu)}
 
 
+def run_chunks(graph_npu: Any, batch: int) -> List[Tuple[str, List[int]]]:
+    """``(engine_name, [chunk size, ...])``: how each engine node splits a run of ``batch``
+    samples (:func:`ratelnn.npu.batching.plan_batches` on its predicted chunk cycles); an
+    engine compiled for one batch size runs the batch as it is."""
+    from .npu.batching import batch_slots, plan_batches
+    found = []
+    for name, engines in _decoded_sets(graph_npu):
+        slots = batch_slots(engines)
+        if len(slots) == 1:
+            found.append((name, [int(batch)]))
+        else:
+            found.append((name, [size for size, _, _ in plan_batches([s for s, _, _ in slots], batch,
+                                                                       [c for _, _, c in slots])]))
+    return found
+
+
 def run_latency(graph_npu: Any, batch: int, device_info: Optional[Mapping[Any, Any]] = None) -> float:
-    """Predicted device seconds of one run of ``batch`` samples: the chunks of the batch split
-    (:func:`ratelnn.npu.batching.plan_batches`) one after the other, each at its compiled
-    size (padding included) with the latency split of :func:`profile`.  A model compiled for
-    one batch size runs the batch as it is."""
-    from .npu.batching import plan_batches
-    sizes = compiled_batch_sizes(graph_npu)
-    chunks = [batch] if len(sizes) == 1 else [size for size, _, _ in plan_batches(sizes, batch)]
-    per_size = {b: profile(graph_npu, b, device_info).latency_s for b in set(chunks)}
-    return sum(per_size[b] for b in chunks)
+    """Predicted device seconds of one run of ``batch`` samples: every engine's chunks
+    (:func:`run_chunks`) one after the other, each at its compiled size (padding included)
+    with the latency split of :func:`profile`."""
+    engines = dict(model_engine_sets(graph_npu))
+    total = 0.0
+    for name, chunks in run_chunks(graph_npu, batch):
+        by_size = {e.batch_size: e for e in engines[name]}
+        for b in chunks:
+            e = by_size.get(b, engines[name][0])   # one size: that engine at any batch
+            total += profile_engines([(name, e)], b, device_info).latency_s
+    return total
 
 
 def _is_tf_graph_def(obj: Any) -> bool:

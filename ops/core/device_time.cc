@@ -23,10 +23,6 @@ constexpr int64_t kDefaultCores = 4;    // HG800_CORES of ratelnn/npu/device.py
 constexpr int64_t kMaxCores = 64;       // MAX_CORES_PER_DEVICE
 constexpr int64_t kMaxDevices = 64;     // MAX_DEVICES
 
-// SplitMode values of ratelnn/proto/engine.proto.
-constexpr int64_t kSplitNone = 0;
-constexpr int64_t kSplitBatch = 1;
-
 std::string Strip(const std::string& s) {
   const auto begin = s.find_first_not_of(" \t\r\n");
   if (begin == std::string::npos) return "";
@@ -189,29 +185,24 @@ DeviceTimeRecorder::DeviceTimeRecorder(const std::vector<const Engine*>& set, st
       device_id_(device_id),
       num_cores_(std::max<int64_t>(num_cores, 1)),
       split_mode_(set.empty() ? 0 : set[0]->split_mode) {
-  for (const Engine* engine : set) {
-    double cycles = 0;  // double: hostile cycle counts must not overflow
-    for (const Instruction& ins : engine->instructions) cycles += double(ins.cycles);
-    batch_sizes_.push_back(engine->batch_size);
-    cycles_per_sample_.push_back(engine->batch_size > 0 ? cycles / double(engine->batch_size) : 0.0);
+  for (const BatchSlot& slot : batch_slots(set)) {
+    batch_sizes_.push_back(slot.size);
+    chunk_cycles_.push_back(slot.cycles);
   }
-}
-
-double DeviceTimeRecorder::busiest_samples(int64_t batch) const {
-  if (split_mode_ == kSplitBatch) return double((batch + num_cores_ - 1) / num_cores_);
-  if (split_mode_ != kSplitNone) return double(batch) / double(num_cores_);
-  return double(batch);
+  if (batch_sizes_.size() == 1) {  // one size: any batch at its per-sample cycles
+    double cycles = 0;
+    for (const Instruction& ins : set[0]->instructions) cycles += double(ins.cycles);
+    cycles_per_sample_ = set[0]->batch_size > 0 ? cycles / double(set[0]->batch_size) : 0.0;
+  }
 }
 
 void DeviceTimeRecorder::record(int64_t batch) const {
   if (batch <= 0 || batch_sizes_.empty()) return;
   double cycles = 0;
   if (batch_sizes_.size() == 1) {
-    cycles = cycles_per_sample_[0] * busiest_samples(batch);
+    cycles = cycles_per_sample_ * busiest_samples(batch, split_mode_, num_cores_);
   } else {
-    for (const BatchChunk& c : plan_batches(batch_sizes_, batch)) {
-      cycles += cycles_per_sample_[c.engine] * busiest_samples(batch_sizes_[c.engine]);
-    }
+    for (const BatchChunk& c : plan_batches(batch_sizes_, chunk_cycles_, batch)) cycles += chunk_cycles_[c.slot];
   }
   EngineTimeRegistry::Global().Record(engine_name_, device_id_, batch, cycles);
 }

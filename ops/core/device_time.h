@@ -31,9 +31,9 @@ RATELNN_HIDDEN std::string placement_error(const std::string& engine_name, int64
 // Records the predicted device time of one engine op's runs under its name.  Cycles are
 // per sample at the compiled batch, scaled to the run batch; a SPLIT_BATCH engine's busiest
 // core runs ceil(batch / cores) samples, other splits divide the work evenly over the cores.
-// An engine set (npu_batch.h) records each chunk of plan_batches at its engine's compiled
-// batch, padding included: the run's samples are the real ones, its cycles those of the
-// padded chunks.
+// An engine set of several sizes (npu_batch.h) records each chunk of plan_batches at its
+// compiled size (chunk_cycles, the engine's cores), padding included: the run's samples are
+// the real ones, its cycles those of the chunks.
 class RATELNN_HIDDEN DeviceTimeRecorder {
  public:
   DeviceTimeRecorder() = default;
@@ -46,14 +46,13 @@ class RATELNN_HIDDEN DeviceTimeRecorder {
   void record(int64_t batch) const;
 
  private:
-  double busiest_samples(int64_t batch) const;
-
   std::string engine_name_;
   int64_t device_id_ = 0;
   int64_t num_cores_ = 1;
   int64_t split_mode_ = 0;
-  std::vector<int64_t> batch_sizes_;       // of the engine set, ascending
-  std::vector<double> cycles_per_sample_;  // per engine of the set, at its compiled batch
+  std::vector<int64_t> batch_sizes_;  // of the engine set, ascending
+  std::vector<double> chunk_cycles_;  // per size: one chunk's cycles (npu_batch.h)
+  double cycles_per_sample_ = 0;      // a set of one size: at its compiled batch
 };
 
 }  // namespace npu

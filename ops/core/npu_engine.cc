@@ -236,6 +236,25 @@ Instruction decode_instruction(WireReader r) {
   return ins;
 }
 
+BatchPlan decode_batch_plan(WireReader r) {
+  BatchPlan p;
+  std::vector<int64_t> cycles;
+  while (!r.done()) {
+    int wt;
+    uint32_t f = r.key(&wt);
+    switch (f) {
+      case field::BatchPlan::batch_size: expect(wt, kVarint, "batch_plan.batch_size"); p.batch_size = int64_t(r.varint()); break;
+      case field::BatchPlan::sram_bytes: expect(wt, kVarint, "batch_plan.sram_bytes"); p.sram_bytes = int64_t(r.varint()); break;
+      case field::BatchPlan::sram_offsets: read_repeated(r, wt, &p.sram_offsets, false, "batch_plan.sram_offsets"); break;
+      case field::BatchPlan::sram_sizes: read_repeated(r, wt, &p.sram_sizes, false, "batch_plan.sram_sizes"); break;
+      case field::BatchPlan::cycles: read_repeated(r, wt, &cycles, false, "batch_plan.cycles"); break;
+      default: r.skip(wt);
+    }
+  }
+  for (int64_t c : cycles) p.cycles.push_back(static_cast<uint64_t>(c));
+  return p;
+}
+
 void decode_fields(WireReader r, Engine* e) {
   while (!r.done()) {
     int wt;
@@ -253,6 +272,11 @@ void decode_fields(WireReader r, Engine* e) {
       case field::Engine::core_ids: read_repeated(r, wt, &e->core_ids, true, "core_ids"); break;
       case field::Engine::split_mode: expect(wt, kVarint, "split_mode"); e->split_mode = int64_t(r.varint()); break;
       case field::Engine::sram_bytes: expect(wt, kVarint, "sram_bytes"); e->sram_bytes = int64_t(r.varint()); break;
+      case field::Engine::batch_plans:
+        expect(wt, kLengthDelimited, "batch_plans");
+        if (e->batch_plans.size() >= 4096) fail("more than 4096 batch_plans");
+        e->batch_plans.push_back(decode_batch_plan(r.sub()));
+        break;
       case field::Engine::checksum: fail("malformed engine: a checksum field before the last 5 bytes");
       default: r.skip(wt);
     }
@@ -319,6 +343,7 @@ class Validator {
         fail(where + ": " + std::to_string(c.data.size()) + " data bytes for shape " + shape_str(c.shape) + " of " +
              dtype_name(c.dtype));
     }
+    check_batch_plans();
     check_io();
     for (size_t i = 0; i < e_.instructions.size(); ++i) check_instruction(e_.instructions[i], i);
     for (int id : e_.outputs)
@@ -326,6 +351,31 @@ class Validator {
   }
 
  private:
+  // Every plan: a batch size above the previous one, one memory range per tensor inside its
+  // sram_bytes and one cycle estimate per instruction.
+  void check_batch_plans() {
+    int64_t previous = e_.batch_size;
+    for (const BatchPlan& p : e_.batch_plans) {
+      const std::string where = "batch plan " + std::to_string(p.batch_size);
+      if (p.batch_size <= previous || p.batch_size > kMaxElements)
+        fail("batch plans must have ascending batch sizes above batch_size " + std::to_string(e_.batch_size) +
+             ", got " + std::to_string(p.batch_size) + " after " + std::to_string(previous));
+      previous = p.batch_size;
+      if (p.sram_bytes < 0) fail(where + ": negative sram_bytes");
+      if (p.sram_offsets.size() != e_.tensors.size() || p.sram_sizes.size() != e_.tensors.size())
+        fail(where + ": " + std::to_string(p.sram_offsets.size()) + " sram_offsets and " +
+             std::to_string(p.sram_sizes.size()) + " sram_sizes for " + std::to_string(e_.tensors.size()) + " tensors");
+      if (p.cycles.size() != e_.instructions.size())
+        fail(where + ": " + std::to_string(p.cycles.size()) + " cycle estimates for " +
+             std::to_string(e_.instructions.size()) + " instructions");
+      for (size_t i = 0; i < e_.tensors.size(); ++i) {
+        const int64_t off = p.sram_offsets[i], size = p.sram_sizes[i];
+        if (off < 0 || size < 0 || off > p.sram_bytes || size > p.sram_bytes - off)
+          fail(where + ": " + tname(int(i)) + ": memory plan range outside sram_bytes " + std::to_string(p.sram_bytes));
+      }
+    }
+  }
+
   Engine& e_;
   std::set<int> defined_;
 

@@ -102,6 +102,14 @@ struct Instruction {
   std::shared_ptr<const AddNarrow> narrow;
 };
 
+// Format 1.2: one more batch size the engine was compiled for (docs/multi-batch.md): the
+// memory plan and the cycle estimates at that size; instructions and constants are shared.
+struct BatchPlan {
+  int64_t batch_size = 0, sram_bytes = 0;
+  std::vector<int64_t> sram_offsets, sram_sizes;  // one per tensor
+  std::vector<uint64_t> cycles;                   // one per instruction
+};
+
 struct Engine {
   uint32_t major = 0, minor = 0;
   std::string name;
@@ -114,6 +122,7 @@ struct Engine {
   std::vector<int64_t> core_ids;
   int64_t split_mode = 0;
   int64_t sram_bytes = 0;
+  std::vector<BatchPlan> batch_plans;  // ascending batch sizes, all above batch_size
   // The native executor's batch schedule (plan_batch_split, npu_plan.h): threads take whole
   // samples instead of sharing each instruction.  Not part of the engine bytes.
   bool split_by_sample = false;

@@ -14,7 +14,7 @@ namespace ratelnn {
 namespace npu {
 
 constexpr uint32_t kFormatMajor = 1;
-constexpr uint32_t kFormatMinor = 1;
+constexpr uint32_t kFormatMinor = 2;
 
 // X(message, field, number, kind, repeated): kind is the proto scalar type, or `message`
 // / `enum` (the schema export writes the kind as spelled here).
@@ -55,6 +55,11 @@ constexpr uint32_t kFormatMinor = 1;
   X(Instruction, attrs, 5, message, false)                 \
   X(Instruction, cycles, 6, uint64, false)                 \
   X(Instruction, name, 7, string, false)                   \
+  X(BatchPlan, batch_size, 1, int64, false)               \
+  X(BatchPlan, sram_bytes, 2, int64, false)               \
+  X(BatchPlan, sram_offsets, 3, int64, true)              \
+  X(BatchPlan, sram_sizes, 4, int64, true)                \
+  X(BatchPlan, cycles, 5, uint64, true)                   \
   X(Engine, format_version, 1, message, false)             \
   X(Engine, name, 2, string, false)                        \
   X(Engine, batch_size, 3, int64, false)                   \
@@ -67,7 +72,8 @@ constexpr uint32_t kFormatMinor = 1;
   X(Engine, core_ids, 10, int32, true)                     \
   X(Engine, split_mode, 11, enum, false)                   \
   X(Engine, sram_bytes, 12, int64, false)                  \
-  X(Engine, checksum, 13, fixed32, false)
+  X(Engine, checksum, 13, fixed32, false)                 \
+  X(Engine, batch_plans, 14, message, true)
 
 // Field numbers: field::Tensor::dtype == 4, field::Engine::instructions == 8, ...
 namespace field {
@@ -84,6 +90,7 @@ RATELNN_WIRE_FIELDS(RATELNN_WIRE_FIELD_NUMBER)
 constexpr int64_t kDTypeMin = 1, kDTypeMax = 4;          // INT8 .. INT32
 constexpr int64_t kOpcodeMin = 1, kOpcodeMax = 15;       // CONV2D .. SOFTMAX
 constexpr int64_t kSplitModeMin = 0, kSplitModeMax = 4;  // SPLIT_NONE .. SPLIT_PIPELINE
+constexpr int64_t kSplitNone = 0, kSplitBatch = 1;       // SPLIT_NONE, SPLIT_BATCH
 
 }  // namespace npu
 }  // namespace ratelnn

@@ -193,6 +193,7 @@ def form_writer(framework: str):
 def model_structure(model_path: str, framework: str, model: Any) -> Dict[str, Any]:
     """Inputs, outputs, engines (:func:`engine_summary`) and framework ops outside engines of
     the model read from ``model_path`` by :func:`load_model` (``model``)."""
+    from ..npu.batching import expand_engine_set
     from ..npu.engine import Engine
     if framework == "mxnet":
         existing(f"{model}-0000.params", "MXNet params file")
@@ -200,10 +201,10 @@ def model_structure(model_path: str, framework: str, model: Any) -> Dict[str, An
     sets = dict(info.pop("engine_sets"))
     info["engines"] = [engine_summary(n, Engine.from_bytes(data, label=n)) for n, data in info["engines"]]
     for e in info["engines"]:   # the engine set (docs/multi-batch.md): one row per compiled batch size
-        e["batch_sizes"] = [engine_summary(e["name"], Engine.from_bytes(b, label=e["name"]))
-                            for b in sets.get(e["name"], [])[1:]]
+        engines = [Engine.from_bytes(b, label=e["name"]) for b in sets.get(e["name"], [])]
+        e["batch_sizes"] = [engine_summary(e["name"], x) for x in expand_engine_set(engines)] or [e]
         e["batch_sizes"] = [{"batch_size": x["batch_size"], "sram_bytes": x["sram_bytes"], "cycles": x["cycles"]}
-                            for x in [e] + e["batch_sizes"]]
+                            for x in e["batch_sizes"]]
     roles = {op["role"] for op in info["ops"]}
     kind = ("compiled" if info["engines"] else "calibration" if "calibration" in roles
             else "quantized" if "quantize" in roles else "float")

@@ -21,7 +21,7 @@ from ..errors import ModelError, RatelError
 from ..fileio import write_atomic
 from ..ir import Graph, Node, QParams, TensorInfo
 from ..npu.device import resolve_device_info
-from ..npu.batching import rebatch
+from ..npu.batching import with_batch_plans
 from ..npu.engine import ACTIVATION_DTYPES, MAX_TENSOR_ELEMENTS, MAX_TOTAL_BYTES, EngineError
 from .partition import find_regions
 from ..quantization.policy import QuantPlan, make_plan
@@ -155,10 +155,10 @@ class _Assembler:
                      [TensorInfo(self.src.shape(t), "float32")])
             self.on_grid_outputs.add(t)
 
-    def engine(self, region, engines, engine_name: str, device_id: int, core_ids: List[int],
+    def engine(self, region, engine, engine_name: str, device_id: int, core_ids: List[int],
                float_readers: Dict[str, bool]) -> None:
-        """One ``Engine`` node for ``region``: ``engines`` is its engine set (one engine per
-        compiled batch size, ascending; docs/multi-batch.md)."""
+        """One ``Engine`` node for ``region``: ``engine`` holds every compiled batch size
+        (its batch plans; docs/multi-batch.md)."""
         inputs = [self.integer_input(t) for t in region.inputs]
         outputs = []
         for t in region.outputs:
@@ -169,9 +169,8 @@ class _Assembler:
             outputs.append(codes)
         self.used.add(engine_name)
         self.add(Node(engine_name, "Engine", inputs, outputs,
-                      {"engine": engines[0].to_bytes(), "engine_name": engine_name,
-                       "device_id": int(device_id), "core_ids": [int(c) for c in core_ids],
-                       **({"batch_engines": [e.to_bytes() for e in engines[1:]]} if len(engines) > 1 else {})}),
+                      {"engine": engine.to_bytes(), "engine_name": engine_name,
+                       "device_id": int(device_id), "core_ids": [int(c) for c in core_ids]}),
                  [self.out.tensors[c] for c in outputs])
         for t, codes in zip(region.outputs, outputs):
             if float_readers[t]:
@@ -195,7 +194,8 @@ def engine_batch_sizes(config: Mapping[str, Any]) -> List[int]:
 
 def engine_sets(graph: Graph) -> List[Tuple[str, List[bytes]]]:
     """``(engine name, [engine bytes, batch engine bytes...])`` of every ``Engine`` node of
-    the compiled ``graph``, in graph order: each node's engine set (docs/multi-batch.md)."""
+    the compiled ``graph``, in graph order: each node's engine set (docs/multi-batch.md; one
+    engine with its batch plans, or one per size in models compiled before them)."""
     return [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
             for n in graph.nodes if n.op == "Engine"]
 
@@ -212,8 +212,8 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     (default: all cores of device 0).  With ``config["remove_input_quant"]`` the graph
     inputs take integer codes ``q = round(x / in_scale)`` and the scales are written to
     ``input_quant_nodes.txt`` in ``config["output_dir"]`` and in the working directory.
-    ``static_batch_sizes`` / ``max_dynamic_batch_size`` give every engine node an engine set
-    (:func:`engine_batch_sizes`; attrs ``engine`` + ``batch_engines``, docs/ir.md).
+    ``static_batch_sizes`` / ``max_dynamic_batch_size`` compile every engine for several batch
+    sizes (:func:`engine_batch_sizes`; its batch plans, one copy of the weights, docs/multi-batch.md).
     ``processors`` (:func:`~ratelnn.compiler.input_processors.input_processors`) make those
     inputs take the raw uint8 image, converted and normalised in the first engine."""
     src = qgraph.copy()
@@ -254,13 +254,13 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
         except _UNFORESEEN as e:
             nodes = ", ".join(_describe(n) for n in region.nodes[:8]) + (", ..." if len(region.nodes) > 8 else "")
             raise CompileError(f"cannot lower NPU region {name} ({nodes}): {type(e).__name__}: {e}") from e
-        _check_engine_size(engine, config)
-        engines = [engine] if not batch_sizes else [rebatch(engine, b) for b in batch_sizes]
-        for e in engines[1:] if batch_sizes else []:   # each compiled batch size (docs/multi-batch.md)
-            _check_engine_size(e, config)
+        for b in batch_sizes or [engine.batch_size]:   # each compiled batch size (docs/multi-batch.md)
+            _check_engine_size(engine, b, config)
+        if batch_sizes:
+            engine = with_batch_plans(engine, batch_sizes)
         readers = {t: t in src.outputs or any(id(c) not in in_region for c in consumers.get(t, []))
                    for t in region.outputs}
-        asm.engine(region, engines, name, device_id, core_ids, readers)
+        asm.engine(region, engine, name, device_id, core_ids, readers)
     asm.out.toposort()
     asm.out.prune()
     if remove_input_quant:
@@ -268,12 +268,12 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     return asm.out
 
 
-def _check_engine_size(engine, config: Mapping[str, Any]) -> None:
-    """CompileError naming the tensor when an engine at its compiled batch exceeds the config
+def _check_engine_size(engine, batch: int, config: Mapping[str, Any]) -> None:
+    """CompileError naming the tensor when an engine at a compiled ``batch`` exceeds the config
     keys max_tensor_elements / max_total_bytes (the run-time limits are checked by every
     loader at the run batch: docs/reliability.md, "Engines")."""
     try:
-        engine.check_size(engine.batch_size, int(config.get("max_tensor_elements", MAX_TENSOR_ELEMENTS)),
+        engine.check_size(batch, int(config.get("max_tensor_elements", MAX_TENSOR_ELEMENTS)),
                           int(config.get("max_total_bytes", MAX_TOTAL_BYTES)))
     except EngineError as e:
         raise CompileError(f"{e}; raise the config key to compile it") from None

@@ -112,6 +112,12 @@ class Engine:
         return int(self.proto.batch_size)
 
     @property
+    def batch_sizes(self) -> List[int]:
+        """Every batch size the engine was compiled for: ``batch_size``, then its batch plans'
+        (format 1.2, docs/multi-batch.md), ascending."""
+        return [self.batch_size, *(int(p.batch_size) for p in self.proto.batch_plans)]
+
+    @property
     def instructions(self):
         return self.proto.instructions
 

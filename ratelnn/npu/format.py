@@ -14,7 +14,7 @@ from ..errors import RatelError
 from ..proto import engine_pb2 as pb
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1       # 1.1: the checksum field (Engine.checksum, written last)
+FORMAT_MINOR = 2       # 1.1: the checksum field (Engine.checksum, written last); 1.2: batch_plans
 MAX_PRODUCT = 1 << 62   # |accumulator * multiplier| bound every engine must respect
 MAX_MULTIPLIER = (1 << 31) - 1
 MAX_SHIFT = 62

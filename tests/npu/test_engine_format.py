@@ -22,7 +22,7 @@ def test_round_trip_and_view():
     eng = b.build()
     again = Engine.from_bytes(eng.to_bytes())
     assert again.to_bytes() == eng.to_bytes()
-    assert again.name == "fmt_engine" and again.batch_size == 2 and again.format_version == (1, 1)
+    assert again.name == "fmt_engine" and again.batch_size == 2 and again.format_version == (1, 2)
     assert [(t.name, t.shape, t.dtype, t.scale) for t in again.inputs] == [("x", (2, 5, 5, 3), np.dtype("int8"), 0.05)]
     assert [t.name for t in again.outputs] == ["sm", "lut"] and again.outputs[1].dtype == np.dtype("int16")
     assert list(again.proto.core_ids) == [0, 1] and again.proto.split_mode == pb.SPLIT_BATCH
@@ -109,3 +109,30 @@ def test_hostile_bytes_never_crash(seed):
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = eval(proc.stdout.strip().splitlines()[-1])
     assert counts["error"] + counts["ran"] == 200 and counts["error"] > 100
+
+
+def test_batch_plans_are_validated():
+    """An engine with batch plans (format 1.2) keeps one copy of its constants; a plan whose
+    size does not ascend, whose memory range leaves its sram_bytes or whose counts do not
+    match the tensors and instructions is refused, the message naming the plan."""
+    from ratelnn.npu.batching import with_batch_plans
+    eng = small_engine_builder().build()
+    multi = with_batch_plans(eng, [2, 4, 8])
+    assert multi.batch_sizes == [2, 4, 8]
+    assert len(multi.proto.constants) == len(eng.proto.constants)
+    assert len(multi.to_bytes()) < len(eng.to_bytes()) + 64 * (len(eng.proto.tensors) + len(eng.instructions))
+
+    def broken(change):
+        proto = pb.Engine()
+        proto.CopyFrom(multi.proto)
+        change(proto)
+        return seal(proto)
+
+    cases = {"ascending batch sizes": lambda p: setattr(p.batch_plans[1], "batch_size", 4),
+             "above batch_size": lambda p: setattr(p.batch_plans[0], "batch_size", 2),
+             "batch plan 4: .* sram_offsets": lambda p: p.batch_plans[0].sram_offsets.append(0),
+             "batch plan 8: .* cycle estimates": lambda p: p.batch_plans[1].cycles.append(1),
+             "batch plan 4: .* memory plan range outside": lambda p: setattr(p.batch_plans[0], "sram_bytes", 1)}
+    for message, change in cases.items():
+        with pytest.raises(EngineError, match=message):
+            Engine.from_bytes(broken(change))

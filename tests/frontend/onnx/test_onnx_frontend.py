@@ -331,3 +331,20 @@ def test_ratel_quant_node_matches_the_ir_quant(dtype, round_mode, per_channel):
     model.graph.node[0].CopyFrom(bad)
     with pytest.raises(ModelError, match="bad_quant.*int4"):
         ratelnn.onnx_session(model).run(["y"], {"x": x})
+
+
+def test_static_batch_sizes_run_as_batch_plans_in_onnx_session(tmp_path):
+    """static_batch_sizes in an ONNX compiled model: one engine holding a plan per size; batches
+    of every compiled size (and a split one) give the quantized model's result."""
+    model = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["c"], ["y"])], {"w": _w(4, 4, 3, 3)})
+    conv, data = _calibrated_at_batch_2(model, tmp_path, static_batch_sizes=[1, 2, 4])
+    npu = conv.to_npu()
+    engines = [n for n in npu.graph.node if n.op_type == "RatelEngineOp"]
+    assert len(engines) == 1
+    quant = ratelnn.onnx_session(conv.to_quant())
+    session = ratelnn.onnx_session(npu)
+    for rows in (1, 2, 3, 4):
+        got = session.run(["y"], {"x": data[:rows]})[0]
+        want = quant.run(["y"], {"x": data[:rows]})[0]
+        assert got.shape == want.shape and cosine(got, want) > 0.999
