@@ -94,7 +94,8 @@ class Node:
             index.retarget(self, field, before, after)
 
     def join_index(self, index: GraphIndex) -> None:
-        self.__dict__.setdefault("_indexes", []).append(weakref.ref(index))
+        refs = [r for r in self.__dict__.get("_indexes", []) if r() is not None]
+        self.__dict__["_indexes"] = refs + [weakref.ref(index)]
 
     def leave_index(self, index: GraphIndex) -> None:
         self.__dict__["_indexes"] = [r for r in self.__dict__.get("_indexes", []) if r() not in (index, None)]
