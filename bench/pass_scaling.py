@@ -1,17 +1,24 @@
-"""How the IR passes scale (docs/reliability.md "Bounded work").
+"""How the IR passes and a whole conversion scale (docs/reliability.md "Bounded work").
 
-    python bench/pass_scaling.py            # prints a table; --doc writes it into docs/reliability.md
+    python bench/pass_scaling.py                    # prints the tables
+    python bench/pass_scaling.py --doc              # and writes them into docs/benchmarks.md
+    python bench/pass_scaling.py --conversion-nodes 20000 --doc   # the conversion at that size
 
-Times each default pass (ratelnn/ir/passes.py run_default_passes, then Graph.prune) on
-(a) one block of growing constant size: a constant-only subgraph (Mul, Add of params),
-Conv2D -> BatchNorm -> BiasAdd -> Relu with weights of N elements, and (b) growing node
-counts: chains of such blocks.  The fitted exponent of time against size should be about
-1 (linear); a pass above 1.3 is super-linear.
+Times each default pass (ratelnn/ir/passes.py run_default_passes, then Graph.prune, then
+cross-layer equalization) on (a) one block of growing constant size: a constant-only subgraph
+(Mul, Add of params), Conv2D -> BatchNorm -> BiasAdd -> Relu with weights of N elements, and
+(b) growing node counts: chains of such blocks with small constants, up to 50,000 nodes.  The
+fitted exponent of time against size should be about 1 (linear).
+
+Then converts a deep TensorFlow graph of small blocks (3x3 Conv2D -> FusedBatchNorm -> Relu6,
+every fourth block a Reshape -> MatMul -> BiasAdd -> Relu6 -> Reshape on [1, 4, 4, 8]) with
+``--conversion-nodes`` GraphDef nodes: converter -> calibrate on a few random batches (the
+calibration model) -> to_quant -> to_npu, timing each step.
 """
 from __future__ import annotations
 
 import argparse
-import copy
+import gc
 import sys
 import time
 from pathlib import Path
@@ -22,13 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ratelnn.ir import Graph, Node, TensorInfo  # noqa: E402
 from ratelnn.ir import passes  # noqa: E402
+from ratelnn.ir.equalize import equalize  # noqa: E402
 
 from _report import cpu_name, write_section  # noqa: E402
 
 F32 = np.float32
 PASSES = [("remove_identity", passes.remove_identity), ("fold_constants", passes.fold_constants),
           ("fold_batchnorm", passes.fold_batchnorm), ("fuse_bias_activation", passes.fuse_bias_activation),
-          ("fuse_prelu", passes.fuse_prelu), ("prune", lambda g: g.prune())]
+          ("fuse_prelu", passes.fuse_prelu), ("prune", lambda g: g.prune()),
+          ("equalize", equalize)]
+NODE_COUNTS = [3125, 6250, 12500, 25000, 50000]
 
 
 def block(g: Graph, x: str, k: int, channels: int, const_elems: int) -> str:
@@ -76,13 +86,15 @@ def graph(blocks: int, const_elems: int, channels: int = 16) -> Graph:
 
 
 def time_passes(g: Graph, repeats: int = 3) -> dict:
+    """Best CPU seconds of this process (not wall time: the machine is shared) per pass."""
     best = {name: float("inf") for name, _ in PASSES}
     for _ in range(repeats):
-        h = copy.deepcopy(g)
+        h = g.copy()
         for name, fn in PASSES:
-            start = time.perf_counter()
+            gc.collect()
+            start = time.process_time()
             fn(h)
-            best[name] = min(best[name], time.perf_counter() - start)
+            best[name] = min(best[name], time.process_time() - start)
     return best
 
 
@@ -90,30 +102,112 @@ def exponent(sizes, times) -> float:
     return float(np.polyfit(np.log(sizes), np.log(np.maximum(times, 1e-6)), 1)[0])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--doc", action="store_true")
-    a = p.parse_args()
+def pass_rows(max_nodes: int) -> list:
+    """(grows, pass, sizes, seconds, exponent) per pass and kind of growth."""
     rows = []
-    for label, sizes, make in (("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22],
-                                lambda s: graph(1, s)),
-                               ("blocks (nodes = 7 x blocks)", [25, 50, 100, 200, 400], lambda s: graph(s, 2304))):
+    node_counts = [n for n in NODE_COUNTS if n <= max_nodes]
+    for label, sizes, make, repeats in (
+            ("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22], lambda s: graph(1, s), 3),
+            # 8 nodes a block with 4 channels and 36-element weights (the block adds a 1x1 projection)
+            ("nodes (chains of 8-node blocks)", node_counts, lambda s: graph(s // 8, 36, channels=4), 3)):
         times = {name: [] for name, _ in PASSES}
+        actual = []
         for s in sizes:
-            t = time_passes(make(s))
+            g = make(s)
+            actual.append(len(g.nodes) if label.startswith("nodes") else s)
+            t = time_passes(g, repeats)
             for name in times:
                 times[name].append(t[name])
         for name, ts in times.items():
-            rows.append((label, name, sizes, ts, exponent(sizes, ts)))
-            print(f"{label:30s} {name:22s} " + " ".join(f"{x * 1e3:8.2f}" for x in ts) + f"  exponent {rows[-1][-1]:.2f}")
+            rows.append((label, name, actual, ts, exponent(actual, ts)))
+            print(f"{label:32s} {name:22s} " + " ".join(f"{x * 1e3:9.2f}" for x in ts)
+                  + f"  exponent {rows[-1][-1]:.2f}", flush=True)
+    return rows
+
+
+def deep_tf_graph(blocks: int, channels: int = 8, hw: int = 4):
+    """A frozen GraphDef of ``blocks`` small blocks (module docstring) on [1, hw, hw, channels]."""
+    import tensorflow as tf
+    rng = np.random.default_rng(0)
+    flat = hw * hw * channels
+    ones = np.ones(channels, F32)
+    g = tf.Graph()
+    with g.as_default():
+        y = tf.compat.v1.placeholder(tf.float32, [1, hw, hw, channels], name="x")
+        for k in range(blocks):
+            with tf.name_scope(f"b{k}"):
+                if k % 4 == 3:
+                    w = rng.normal(0, 1 / np.sqrt(flat), (flat, flat)).astype(F32)
+                    f = tf.matmul(tf.reshape(y, [1, flat]), w)
+                    y = tf.reshape(tf.nn.relu6(tf.nn.bias_add(f, np.full(flat, 0.5, F32))), [1, hw, hw, channels])
+                else:
+                    w = rng.normal(0, 1 / np.sqrt(9 * channels), (3, 3, channels, channels)).astype(F32)
+                    c = tf.nn.conv2d(y, w, 1, "SAME")
+                    bn = tf.compat.v1.nn.fused_batch_norm(c, ones, ones * 0.5, ones * 0.1, ones, is_training=False)[0]
+                    y = tf.nn.relu6(bn)
+        tf.identity(y, name="out")
+    return g.as_graph_def()
+
+
+def conversion(graphdef_nodes: int) -> dict:
+    """Seconds of each conversion step of a deep graph of about ``graphdef_nodes`` nodes, and
+    the node counts (GraphDef, IR as imported, IR after the default passes)."""
+    import tempfile
+
+    from ratelnn.frontend.tensorflow import converter
+    from ratelnn.frontend.tensorflow.importer import import_graphdef
+    blocks = max(1, round(graphdef_nodes / 8.25))   # 8.25 GraphDef nodes a block on average
+    gd = deep_tf_graph(blocks)
+    config = {"input_nodes": ["x"], "output_nodes": ["out"], "input_shapes": [[1, 4, 4, 8]]}
+    imported = len(import_graphdef(gd, ["x"], ["out"], [(1, 4, 4, 8)]).nodes)
+    rng = np.random.default_rng(1)
+    data = rng.uniform(0, 1, (4, 4, 4, 8)).astype(F32)
+    out = {"graphdef nodes": len(gd.node), "IR nodes imported": imported}
+    with tempfile.TemporaryDirectory() as d:
+        start = time.perf_counter()
+        c = converter(gd, dict(config, output_dir=d))
+        out["converter"] = time.perf_counter() - start
+        out["IR nodes after passes"] = len(c.graph.nodes)
+        for name, fn in (("calibrate (4 batches of 1)", lambda: c.calibrate(data, batch_size=1, progress=False)),
+                         ("to_quant", c.to_quant), ("to_npu", c.to_npu)):
+            start = time.perf_counter()
+            fn()
+            out[name] = time.perf_counter() - start
+            print(f"{name:28s} {out[name]:8.2f} s", flush=True)
+    out["total"] = sum(out[k] for k in ("converter", "calibrate (4 batches of 1)", "to_quant", "to_npu"))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--doc", action="store_true", help="write the tables into docs/benchmarks.md")
+    p.add_argument("--max-nodes", type=int, default=NODE_COUNTS[-1], help="largest chain of the node-count series")
+    p.add_argument("--conversion-nodes", type=int, default=20000,
+                   help="GraphDef nodes of the converted deep graph (0: skip the conversion)")
+    a = p.parse_args()
+    rows = pass_rows(a.max_nodes)
+    conv = conversion(a.conversion_nodes) if a.conversion_nodes else None
+    if conv:
+        print(conv)
     if a.doc:
-        lines = ["## Pass scaling", "", f"`python bench/pass_scaling.py --doc` on {cpu_name()}: best of 3, "
-                 "milliseconds; exponent = slope of log time against log size (1 = linear).", "",
+        command = "python bench/pass_scaling.py --doc" + (
+            f" --max-nodes {a.max_nodes}" if a.max_nodes != NODE_COUNTS[-1] else "") + (
+            f" --conversion-nodes {a.conversion_nodes}" if a.conversion_nodes != 20000 else "")
+        lines = ["## Pass scaling and conversion of deep graphs", "", f"### {cpu_name()}", "",
+                 f"`{command}`: best of 3 CPU milliseconds of the process per pass; exponent = slope of "
+                 "log time against log size (1 = linear).", "",
                  "| grows | pass | times (ms) at the sizes | exponent |", "|---|---|---|---:|"]
         for label, name, sizes, ts, e in rows:
             at = ", ".join(f"{x * 1e3:.2f} @ {s:,}" for s, x in zip(sizes, ts))
             lines.append(f"| {label} | {name} | {at} | {e:.2f} |")
-        write_section("pass-scaling", "\n".join(lines), doc=Path(__file__).resolve().parent.parent / "docs" / "reliability.md")
+        if conv:
+            lines += ["", f"Conversion of the deep graph ({conv['graphdef nodes']:,} GraphDef nodes, "
+                      f"{conv['IR nodes imported']:,} IR nodes as imported, {conv['IR nodes after passes']:,} "
+                      "after the default passes), seconds:", "",
+                      "| converter | calibrate (4 batches of 1) | to_quant | to_npu | total |", "|---:|---:|---:|---:|---:|",
+                      "| " + " | ".join(f"{conv[k]:.2f}" for k in ("converter", "calibrate (4 batches of 1)",
+                                                                     "to_quant", "to_npu", "total")) + " |"]
+        write_section("pass-scaling", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -115,13 +115,25 @@ class GraphIndex:
         self._link(new)
 
     def reset(self, nodes: Iterable[Any]) -> None:
+        """Make ``nodes`` the graph's nodes, in this order (nodes kept stay indexed)."""
         nodes = list(nodes)
-        for node in list(self.order.values()):
-            self._unlink(node)
-        self.order, self.seq, self.listing = {}, {}, None
-        self.producers, self.readers, self.names = {}, {}, {}
+        kept = {id(n) for n in nodes}
+        if len(kept) != len(nodes):
+            seen: set = set()
+            twice = next(n for n in nodes if id(n) in seen or seen.add(id(n)))
+            raise ValueError(f"node {twice.name!r} is twice in the node list")
+        old = self.order.values()
+        for node in old:
+            if id(node) not in kept:
+                self._unlink(node)
+        before = self.seq
+        self.order = dict(enumerate(nodes))
+        self.seq = {id(n): i for i, n in enumerate(nodes)}
+        self.next_seq = len(nodes)
+        self.listing = None
         for node in nodes:
-            self.append(node)
+            if id(node) not in before:
+                self._link(node)
 
     def _link(self, node: Any) -> None:
         node.join_index(self)
@@ -153,9 +165,13 @@ class GraphIndex:
 
     # -------------------------------------------------------------- lookups
     def first(self, entry: Dict[int, Any]) -> Any:
+        if len(entry) == 1:
+            return next(iter(entry.values()))
         return min(entry.values(), key=lambda n: self.seq[id(n)])
 
     def last(self, entry: Dict[int, Any]) -> Any:
+        if len(entry) == 1:
+            return next(iter(entry.values()))
         return max(entry.values(), key=lambda n: self.seq[id(n)])
 
     def in_order(self, entry: Dict[int, Any]) -> List[Any]:
