@@ -325,8 +325,19 @@ class Graph:
         self.toposort()
 
     def copy(self) -> "Graph":
-        """A deep copy (parameters are copied too, so passes may edit them)."""
-        return copy.deepcopy(self)
+        """A deep copy (parameters are copied too, so passes may edit them); built field by
+        field, which is several times faster than ``copy.deepcopy`` on large graphs."""
+        memo: Dict[int, Any] = {}
+        g = Graph(self.name)
+        g.nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs, memo))
+                   for n in self.nodes]
+        infos: Dict[int, TensorInfo] = {}
+        g.tensors = {t: infos.setdefault(id(i), TensorInfo(i.shape, i.dtype)) for t, i in self.tensors.items()}
+        g.params = {t: copy.deepcopy(v, memo) for t, v in self.params.items()}
+        g.inputs, g.outputs = list(self.inputs), list(self.outputs)
+        g.qparams = {t: QParams(q.dtype, copy.deepcopy(q.scale, memo), q.axis) for t, q in self.qparams.items()}
+        g.meta = copy.deepcopy(self.meta, memo)
+        return g
 
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}, {len(self.nodes)} nodes, {len(self.params)} params, "
