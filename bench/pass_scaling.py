@@ -185,17 +185,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--doc", action="store_true", help="write the tables into docs/benchmarks.md")
     p.add_argument("--max-nodes", type=int, default=NODE_COUNTS[-1], help="largest chain of the node-count series")
-    p.add_argument("--conversion-nodes", type=int, default=20000,
-                   help="GraphDef nodes of the converted deep graph (0: skip the conversion)")
+    p.add_argument("--conversion-nodes", default="5000,20000",
+                   help="GraphDef nodes of the converted deep graphs, comma-separated ('' skips the conversion)")
     a = p.parse_args()
     rows = pass_rows(a.max_nodes)
-    conv = conversion(a.conversion_nodes) if a.conversion_nodes else None
-    if conv:
+    convs = [conversion(int(n)) for n in a.conversion_nodes.split(",") if n]
+    for conv in convs:
         print(conv)
     if a.doc:
         command = "python bench/pass_scaling.py --doc" + (
             f" --max-nodes {a.max_nodes}" if a.max_nodes != NODE_COUNTS[-1] else "") + (
-            f" --conversion-nodes {a.conversion_nodes}" if a.conversion_nodes != 20000 else "")
+            f" --conversion-nodes {a.conversion_nodes}" if a.conversion_nodes != "5000,20000" else "")
         lines = ["## Pass scaling and conversion of deep graphs", "", f"### {cpu_name()}", "",
                  f"`{command}`: best of 3 CPU milliseconds of the process per pass; exponent = slope of "
                  "log time against log size (1 = linear).", "",
@@ -203,14 +203,21 @@ def main() -> None:
         for label, name, sizes, ts, e in rows:
             at = ", ".join(f"{x * 1e3:.2f} @ {s:,}" for s, x in zip(sizes, ts))
             lines.append(f"| {label} | {name} | {at} | {e:.2f} |")
-        if conv:
-            lines += ["", f"Conversion of the deep graph ({conv['graphdef nodes']:,} GraphDef nodes, "
-                      f"{conv['IR nodes imported']:,} IR nodes as imported, {conv['IR nodes after passes']:,} "
-                      "after the default passes; calibration on 4 random batches of 1), seconds of wall time "
-                      "(CPU seconds of the process):", "",
-                      "| " + " | ".join(CONVERSION_STEPS) + " | total |", "|---:|---:|---:|---:|---:|",
-                      "| " + " | ".join(f"{conv[k][0]:.2f} ({conv[k][1]:.2f})" for k in CONVERSION_STEPS + ("total",))
-                      + " |"]
+        if convs:
+            lines += ["", "Conversion of deep graphs (calibration on 4 random batches of 1), seconds of wall "
+                      "time (CPU seconds of the process); the last row: exponent of wall time against "
+                      "GraphDef nodes between the first and last graph:", "",
+                      "| GraphDef nodes | IR nodes as imported | after the default passes | "
+                      + " | ".join(CONVERSION_STEPS) + " | total |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for conv in convs:
+                lines.append(f"| {conv['graphdef nodes']:,} | {conv['IR nodes imported']:,} | "
+                             f"{conv['IR nodes after passes']:,} | "
+                             + " | ".join(f"{conv[k][0]:.2f} ({conv[k][1]:.2f})" for k in CONVERSION_STEPS + ("total",))
+                             + " |")
+            if len(convs) > 1:
+                sizes = [c["graphdef nodes"] for c in convs]
+                lines.append("| exponent | | | " + " | ".join(
+                    f"{exponent(sizes, [c[k][0] for c in convs]):.2f}" for k in CONVERSION_STEPS + ("total",)) + " |")
         write_section("pass-scaling", "\n".join(lines))
 
 

@@ -182,7 +182,7 @@ class Graph:
     def node(self, name: str) -> Node:
         """The node called ``name`` (the first in graph order if several are)."""
         entry = self._index.names.get(name)
-        if not entry:
+        if entry is None:
             raise KeyError(f"no node named {name!r} in graph {self.name!r}")
         return self._index.first(entry)
 
@@ -190,12 +190,12 @@ class Graph:
         """The node producing ``tensor`` (None for inputs and params; the last in graph order
         if several do)."""
         entry = self._index.producers.get(tensor)
-        return self._index.last(entry) if entry else None
+        return None if entry is None else self._index.last(entry)
 
     def consumers(self, tensor: str) -> List[Node]:
         """The nodes reading ``tensor``, in graph order, each once."""
         entry = self._index.readers.get(tensor)
-        return self._index.in_order(entry) if entry else []
+        return [] if entry is None else self._index.in_order(entry)
 
     def consumer_map(self) -> Dict[str, List[Node]]:
         m: Dict[str, List[Node]] = defaultdict(list)

@@ -49,31 +49,42 @@ for _name in EDITING_METHODS:
     setattr(TensorList, _name, _reporting(_name))
 
 
-def _add(table: Dict[str, Dict[int, Any]], key: str, node: Any) -> None:
-    table.setdefault(key, {})[id(node)] = node
-
-
-def _drop(table: Dict[str, Dict[int, Any]], key: str, node: Any) -> None:
+def _add(table: Dict[str, Any], key: str, node: Any) -> None:
+    """Record ``node`` under ``key``: the node itself while it is the only one, else a dict
+    id(node) -> node (most tensors have one producer and one reader; this keeps lookups to
+    one dict access)."""
     entry = table.get(key)
-    if entry is not None:
+    if entry is None:
+        table[key] = node
+    elif type(entry) is dict:
+        entry[id(node)] = node
+    elif entry is not node:
+        table[key] = {id(entry): entry, id(node): node}
+
+
+def _drop(table: Dict[str, Any], key: str, node: Any) -> None:
+    entry = table.get(key)
+    if type(entry) is dict:
         entry.pop(id(node), None)
-        if not entry:
-            del table[key]
+        if len(entry) == 1:
+            table[key] = next(iter(entry.values()))
+    elif entry is node:
+        del table[key]
 
 
 class GraphIndex:
     """Node order (a sequence number per node: later in the graph = larger), producers and
-    readers of each tensor, and nodes by name (id(node) -> node tables, so duplicates are kept
-    and answered like a scan in graph order would)."""
+    readers of each tensor, and nodes by name (one node, or id(node) -> node when several, so
+    duplicates are kept and answered like a scan in graph order would)."""
 
     def __init__(self) -> None:
         self.order: Dict[int, Any] = {}          # sequence number -> node, in graph order
         self.seq: Dict[int, int] = {}            # id(node) -> sequence number
         self.next_seq = 0
         self.listing: Optional[List[Any]] = None  # list(order.values()) while no edit made it stale
-        self.producers: Dict[str, Dict[int, Any]] = {}
-        self.readers: Dict[str, Dict[int, Any]] = {}
-        self.names: Dict[str, Dict[int, Any]] = {}
+        self.producers: Dict[str, Any] = {}      # tensor -> node, or id(node) -> node
+        self.readers: Dict[str, Any] = {}
+        self.names: Dict[str, Any] = {}
         self.suffix: Dict[str, int] = {}         # unique_name base -> last suffix tried
 
     # -------------------------------------------------------------- membership
@@ -164,19 +175,19 @@ class GraphIndex:
         _add(self.names, node.name, node)
 
     # -------------------------------------------------------------- lookups
-    def first(self, entry: Dict[int, Any]) -> Any:
-        if len(entry) == 1:
-            return next(iter(entry.values()))
+    def first(self, entry: Any) -> Any:
+        if type(entry) is not dict:
+            return entry
         return min(entry.values(), key=lambda n: self.seq[id(n)])
 
-    def last(self, entry: Dict[int, Any]) -> Any:
-        if len(entry) == 1:
-            return next(iter(entry.values()))
+    def last(self, entry: Any) -> Any:
+        if type(entry) is not dict:
+            return entry
         return max(entry.values(), key=lambda n: self.seq[id(n)])
 
-    def in_order(self, entry: Dict[int, Any]) -> List[Any]:
-        if len(entry) == 1:
-            return list(entry.values())
+    def in_order(self, entry: Any) -> List[Any]:
+        if type(entry) is not dict:
+            return [entry]
         return sorted(entry.values(), key=lambda n: self.seq[id(n)])
 
 
