@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ratelnn.ir import Graph, Node, TensorInfo  # noqa: E402
 from ratelnn.ir import passes  # noqa: E402
 from ratelnn.ir.equalize import equalize  # noqa: E402
+from ratelnn.testing.work import lines_run  # noqa: E402
 
 from _report import cpu_name, write_section  # noqa: E402
 
@@ -99,30 +100,42 @@ def time_passes(g: Graph, repeats: int = 3) -> dict:
     return best
 
 
+def lines_per_pass(g: Graph) -> dict:
+    """Python lines each pass executes on a copy of ``g`` (work, independent of the clock and
+    of the memory hierarchy)."""
+    h = g.copy()
+    return {name: lines_run(lambda: fn(h)) for name, fn in PASSES}
+
+
 def exponent(sizes, times) -> float:
     return float(np.polyfit(np.log(sizes), np.log(np.maximum(times, 1e-6)), 1)[0])
 
 
 def pass_rows(max_nodes: int) -> list:
-    """(grows, pass, sizes, seconds, exponent) per pass and kind of growth."""
+    """(grows, pass, sizes, seconds, exponent, lines exponent or None) per pass and kind of growth."""
     rows = []
     node_counts = [n for n in NODE_COUNTS if n <= max_nodes]
     for label, sizes, make, repeats in (
             ("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22], lambda s: graph(1, s), 3),
             # 8 nodes a block with 4 channels and 36-element weights (the block adds a 1x1 projection)
             ("nodes (chains of 8-node blocks)", node_counts, lambda s: graph(s // 8, 36, channels=4), 3)):
+        by_nodes = label.startswith("nodes")
         times = {name: [] for name, _ in PASSES}
+        lines = {name: [] for name, _ in PASSES}
         actual = []
         for s in sizes:
             g = make(s)
-            actual.append(len(g.nodes) if label.startswith("nodes") else s)
+            actual.append(len(g.nodes) if by_nodes else s)
             t = time_passes(g, repeats)
+            work = lines_per_pass(g) if by_nodes else {}
             for name in times:
                 times[name].append(t[name])
+                lines[name].append(work.get(name))
         for name, ts in times.items():
-            rows.append((label, name, actual, ts, exponent(actual, ts)))
+            work_exp = exponent(actual, lines[name]) if by_nodes else None
+            rows.append((label, name, actual, ts, exponent(actual, ts), work_exp))
             print(f"{label:32s} {name:22s} " + " ".join(f"{x * 1e3:9.2f}" for x in ts)
-                  + f"  exponent {rows[-1][-1]:.2f}", flush=True)
+                  + f"  exponent {rows[-1][4]:.2f}" + (f", lines {work_exp:.2f}" if by_nodes else ""), flush=True)
     return rows
 
 
@@ -198,11 +211,13 @@ def main() -> None:
             f" --conversion-nodes {a.conversion_nodes}" if a.conversion_nodes != "5000,20000" else "")
         lines = ["## Pass scaling and conversion of deep graphs", "", f"### {cpu_name()}", "",
                  f"`{command}`: best of 3 CPU milliseconds of the process per pass; exponent = slope of "
-                 "log time against log size (1 = linear).", "",
-                 "| grows | pass | times (ms) at the sizes | exponent |", "|---|---|---|---:|"]
-        for label, name, sizes, ts, e in rows:
+                 "log time against log size (1 = linear); lines exponent (node counts only) = the same "
+                 "slope for the number of Python lines the pass executes (work, free of clock noise and "
+                 "of cache effects).", "",
+                 "| grows | pass | times (ms) at the sizes | exponent | lines exponent |", "|---|---|---|---:|---:|"]
+        for label, name, sizes, ts, e, work in rows:
             at = ", ".join(f"{x * 1e3:.2f} @ {s:,}" for s, x in zip(sizes, ts))
-            lines.append(f"| {label} | {name} | {at} | {e:.2f} |")
+            lines.append(f"| {label} | {name} | {at} | {e:.2f} | {'' if work is None else f'{work:.2f}'} |")
         if convs:
             lines += ["", "Conversion of deep graphs (calibration on 4 random batches of 1), seconds of wall "
                       "time (CPU seconds of the process); the last row: exponent of wall time against "

@@ -3,7 +3,6 @@ kind of edit, and the default passes doing work linear in the node count."""
 import copy
 import pickle
 import random
-import sys
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from ratelnn.ir import Graph, Node, TensorInfo
 from ratelnn.ir.graph import GraphError
 from ratelnn.ir.passes import run_default_passes
+from ratelnn.testing.work import lines_run
 
 pytestmark = pytest.mark.no_tf_math
 
@@ -225,27 +225,10 @@ def _chain(blocks: int) -> Graph:
     return g
 
 
-def _lines_run(fn) -> int:
-    """Python lines executed by ``fn()`` (a measure of work that does not depend on the clock)."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if event == "line":
-            count += 1
-        return tracer
-    sys.settrace(tracer)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return count
-
-
 def test_default_passes_do_linear_work_in_the_node_count():
     def work(blocks):
         g = _chain(blocks)
-        return _lines_run(lambda: (run_default_passes(g), g.copy().validate()))
+        return lines_run(lambda: (run_default_passes(g), g.copy().validate()))
     small, large = work(60), work(240)
     g = run_default_passes(_chain(3))
     assert [n.op for n in g.nodes] == ["Conv2D"] * 3   # everything folded into the convolutions
