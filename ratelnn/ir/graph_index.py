@@ -148,19 +148,19 @@ class GraphIndex:
 
     def _link(self, node: Any) -> None:
         node.join_index(self)
-        for t in node.outputs:
-            _add(self.producers, t, node)
-        for t in node.inputs:
-            _add(self.readers, t, node)
-        _add(self.names, node.name, node)
+        self._entries(node, _add)
 
     def _unlink(self, node: Any) -> None:
         node.leave_index(self)
+        self._entries(node, _drop)
+
+    def _entries(self, node: Any, edit) -> None:
+        """Apply ``edit`` (:func:`_add` or :func:`_drop`) to every table entry of ``node``."""
         for t in node.outputs:
-            _drop(self.producers, t, node)
+            edit(self.producers, t, node)
         for t in node.inputs:
-            _drop(self.readers, t, node)
-        _drop(self.names, node.name, node)
+            edit(self.readers, t, node)
+        edit(self.names, node.name, node)
 
     # -------------------------------------------------------------- edits of a member node
     def retarget(self, node: Any, field: str, before: Tuple[str, ...], after: Tuple[str, ...]) -> None:
