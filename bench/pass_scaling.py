@@ -1,17 +1,24 @@
-"""How the IR passes scale (docs/reliability.md "Bounded work").
+"""How the IR passes and a whole conversion scale (docs/reliability.md "Bounded work").
 
-    python bench/pass_scaling.py            # prints a table; --doc writes it into docs/reliability.md
+    python bench/pass_scaling.py                    # prints the tables
+    python bench/pass_scaling.py --doc              # and writes them into docs/benchmarks.md
+    python bench/pass_scaling.py --conversion-nodes 20000 --doc   # the conversion at that size
 
-Times each default pass (ratelnn/ir/passes.py run_default_passes, then Graph.prune) on
-(a) one block of growing constant size: a constant-only subgraph (Mul, Add of params),
-Conv2D -> BatchNorm -> BiasAdd -> Relu with weights of N elements, and (b) growing node
-counts: chains of such blocks.  The fitted exponent of time against size should be about
-1 (linear); a pass above 1.3 is super-linear.
+Times each default pass (ratelnn/ir/passes.py run_default_passes, then Graph.prune, then
+cross-layer equalization) on (a) one block of growing constant size: a constant-only subgraph
+(Mul, Add of params), Conv2D -> BatchNorm -> BiasAdd -> Relu with weights of N elements, and
+(b) growing node counts: chains of such blocks with small constants, up to 50,000 nodes.  The
+fitted exponent of time against size should be about 1 (linear).
+
+Then converts a deep TensorFlow graph of small blocks (3x3 Conv2D -> FusedBatchNorm -> Relu6,
+every fourth block a Reshape -> MatMul -> BiasAdd -> Relu6 -> Reshape on [1, 4, 4, 8]) with
+``--conversion-nodes`` GraphDef nodes: converter -> calibrate on a few random batches (the
+calibration model) -> to_quant -> to_npu, timing each step.
 """
 from __future__ import annotations
 
 import argparse
-import copy
+import gc
 import sys
 import time
 from pathlib import Path
@@ -22,13 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ratelnn.ir import Graph, Node, TensorInfo  # noqa: E402
 from ratelnn.ir import passes  # noqa: E402
+from ratelnn.ir.equalize import equalize  # noqa: E402
+from ratelnn.testing.work import lines_run  # noqa: E402
 
 from _report import cpu_name, write_section  # noqa: E402
 
 F32 = np.float32
 PASSES = [("remove_identity", passes.remove_identity), ("fold_constants", passes.fold_constants),
           ("fold_batchnorm", passes.fold_batchnorm), ("fuse_bias_activation", passes.fuse_bias_activation),
-          ("fuse_prelu", passes.fuse_prelu), ("prune", lambda g: g.prune())]
+          ("fuse_prelu", passes.fuse_prelu), ("prune", lambda g: g.prune()),
+          ("equalize", equalize)]
+NODE_COUNTS = [3125, 6250, 12500, 25000, 50000]
+CONVERSION_STEPS = ("converter", "calibrate", "to_quant", "to_npu")
 
 
 def block(g: Graph, x: str, k: int, channels: int, const_elems: int) -> str:
@@ -76,44 +88,152 @@ def graph(blocks: int, const_elems: int, channels: int = 16) -> Graph:
 
 
 def time_passes(g: Graph, repeats: int = 3) -> dict:
+    """Best CPU seconds of this process (not wall time: the machine is shared) per pass."""
     best = {name: float("inf") for name, _ in PASSES}
     for _ in range(repeats):
-        h = copy.deepcopy(g)
+        h = g.copy()
         for name, fn in PASSES:
-            start = time.perf_counter()
+            gc.collect()
+            start = time.process_time()
             fn(h)
-            best[name] = min(best[name], time.perf_counter() - start)
+            best[name] = min(best[name], time.process_time() - start)
     return best
+
+
+def lines_per_pass(g: Graph) -> dict:
+    """Python lines each pass executes on a copy of ``g`` (work, independent of the clock and
+    of the memory hierarchy)."""
+    h = g.copy()
+    return {name: lines_run(lambda: fn(h)) for name, fn in PASSES}
 
 
 def exponent(sizes, times) -> float:
     return float(np.polyfit(np.log(sizes), np.log(np.maximum(times, 1e-6)), 1)[0])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--doc", action="store_true")
-    a = p.parse_args()
+def pass_rows(max_nodes: int) -> list:
+    """(grows, pass, sizes, seconds, exponent, lines exponent or None) per pass and kind of growth."""
     rows = []
-    for label, sizes, make in (("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22],
-                                lambda s: graph(1, s)),
-                               ("blocks (nodes = 7 x blocks)", [25, 50, 100, 200, 400], lambda s: graph(s, 2304))):
+    node_counts = [n for n in NODE_COUNTS if n <= max_nodes]
+    for label, sizes, make, repeats in (
+            ("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22], lambda s: graph(1, s), 3),
+            # 8 nodes a block with 4 channels and 36-element weights (the block adds a 1x1 projection)
+            ("nodes (chains of 8-node blocks)", node_counts, lambda s: graph(s // 8, 36, channels=4), 3)):
+        by_nodes = label.startswith("nodes")
         times = {name: [] for name, _ in PASSES}
+        lines = {name: [] for name, _ in PASSES}
+        actual = []
         for s in sizes:
-            t = time_passes(make(s))
+            g = make(s)
+            actual.append(len(g.nodes) if by_nodes else s)
+            t = time_passes(g, repeats)
+            work = lines_per_pass(g) if by_nodes else {}
             for name in times:
                 times[name].append(t[name])
+                lines[name].append(work.get(name))
         for name, ts in times.items():
-            rows.append((label, name, sizes, ts, exponent(sizes, ts)))
-            print(f"{label:30s} {name:22s} " + " ".join(f"{x * 1e3:8.2f}" for x in ts) + f"  exponent {rows[-1][-1]:.2f}")
+            work_exp = exponent(actual, lines[name]) if by_nodes else None
+            rows.append((label, name, actual, ts, exponent(actual, ts), work_exp))
+            print(f"{label:32s} {name:22s} " + " ".join(f"{x * 1e3:9.2f}" for x in ts)
+                  + f"  exponent {rows[-1][4]:.2f}" + (f", lines {work_exp:.2f}" if by_nodes else ""), flush=True)
+    return rows
+
+
+def deep_tf_graph(blocks: int, channels: int = 8, hw: int = 4):
+    """A frozen GraphDef of ``blocks`` small blocks (module docstring) on [1, hw, hw, channels]."""
+    import tensorflow as tf
+    rng = np.random.default_rng(0)
+    flat = hw * hw * channels
+    ones = np.ones(channels, F32)
+    g = tf.Graph()
+    with g.as_default():
+        y = tf.compat.v1.placeholder(tf.float32, [1, hw, hw, channels], name="x")
+        for k in range(blocks):
+            with tf.name_scope(f"b{k}"):
+                if k % 4 == 3:
+                    w = rng.normal(0, 1 / np.sqrt(flat), (flat, flat)).astype(F32)
+                    f = tf.matmul(tf.reshape(y, [1, flat]), w)
+                    y = tf.reshape(tf.nn.relu6(tf.nn.bias_add(f, np.full(flat, 0.5, F32))), [1, hw, hw, channels])
+                else:
+                    w = rng.normal(0, 1 / np.sqrt(9 * channels), (3, 3, channels, channels)).astype(F32)
+                    c = tf.nn.conv2d(y, w, 1, "SAME")
+                    bn = tf.compat.v1.nn.fused_batch_norm(c, ones, ones * 0.5, ones * 0.1, ones, is_training=False)[0]
+                    y = tf.nn.relu6(bn)
+        tf.identity(y, name="out")
+    return g.as_graph_def()
+
+
+def conversion(graphdef_nodes: int) -> dict:
+    """Seconds of each conversion step of a deep graph of about ``graphdef_nodes`` nodes, and
+    the node counts (GraphDef, IR as imported, IR after the default passes)."""
+    import tempfile
+
+    from ratelnn.frontend.tensorflow import converter
+    from ratelnn.frontend.tensorflow.importer import import_graphdef
+    blocks = max(1, round(graphdef_nodes / 8.25))   # 8.25 GraphDef nodes a block on average
+    gd = deep_tf_graph(blocks)
+    config = {"input_nodes": ["x"], "output_nodes": ["out"], "input_shapes": [[1, 4, 4, 8]]}
+    imported = len(import_graphdef(gd, ["x"], ["out"], [(1, 4, 4, 8)]).nodes)
+    rng = np.random.default_rng(1)
+    data = rng.uniform(0, 1, (4, 4, 4, 8)).astype(F32)
+    out = {"graphdef nodes": len(gd.node), "IR nodes imported": imported}
+    with tempfile.TemporaryDirectory() as d:
+        c = None
+
+        def make():
+            nonlocal c
+            c = converter(gd, dict(config, output_dir=d))
+        for name, fn in (("converter", make), ("calibrate", lambda: c.calibrate(data, batch_size=1, progress=False)),
+                         ("to_quant", lambda: c.to_quant()), ("to_npu", lambda: c.to_npu())):
+            start, cpu = time.perf_counter(), time.process_time()
+            fn()
+            out[name] = (time.perf_counter() - start, time.process_time() - cpu)
+            print(f"{name:12s} {out[name][0]:8.2f} s wall {out[name][1]:8.2f} s CPU", flush=True)
+        out["IR nodes after passes"] = len(c.graph.nodes)
+    out["total"] = tuple(sum(out[k][i] for k in CONVERSION_STEPS) for i in (0, 1))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--doc", action="store_true", help="write the tables into docs/benchmarks.md")
+    p.add_argument("--max-nodes", type=int, default=NODE_COUNTS[-1], help="largest chain of the node-count series")
+    p.add_argument("--conversion-nodes", default="5000,20000",
+                   help="GraphDef nodes of the converted deep graphs, comma-separated ('' skips the conversion)")
+    a = p.parse_args()
+    rows = pass_rows(a.max_nodes)
+    convs = [conversion(int(n)) for n in a.conversion_nodes.split(",") if n]
+    for conv in convs:
+        print(conv)
     if a.doc:
-        lines = ["## Pass scaling", "", f"`python bench/pass_scaling.py --doc` on {cpu_name()}: best of 3, "
-                 "milliseconds; exponent = slope of log time against log size (1 = linear).", "",
-                 "| grows | pass | times (ms) at the sizes | exponent |", "|---|---|---|---:|"]
-        for label, name, sizes, ts, e in rows:
+        command = "python bench/pass_scaling.py --doc" + (
+            f" --max-nodes {a.max_nodes}" if a.max_nodes != NODE_COUNTS[-1] else "") + (
+            f" --conversion-nodes {a.conversion_nodes}" if a.conversion_nodes != "5000,20000" else "")
+        lines = ["## Pass scaling and conversion of deep graphs", "", f"### {cpu_name()}", "",
+                 f"`{command}`: best of 3 CPU milliseconds of the process per pass; exponent = slope of "
+                 "log time against log size (1 = linear); lines exponent (node counts only) = the same "
+                 "slope for the number of Python lines the pass executes (work, free of clock noise and "
+                 "of cache effects).", "",
+                 "| grows | pass | times (ms) at the sizes | exponent | lines exponent |", "|---|---|---|---:|---:|"]
+        for label, name, sizes, ts, e, work in rows:
             at = ", ".join(f"{x * 1e3:.2f} @ {s:,}" for s, x in zip(sizes, ts))
-            lines.append(f"| {label} | {name} | {at} | {e:.2f} |")
-        write_section("pass-scaling", "\n".join(lines), doc=Path(__file__).resolve().parent.parent / "docs" / "reliability.md")
+            lines.append(f"| {label} | {name} | {at} | {e:.2f} | {'' if work is None else f'{work:.2f}'} |")
+        if convs:
+            lines += ["", "Conversion of deep graphs (calibration on 4 random batches of 1), seconds of wall "
+                      "time (CPU seconds of the process); the last row: exponent of wall time against "
+                      "GraphDef nodes between the first and last graph:", "",
+                      "| GraphDef nodes | IR nodes as imported | after the default passes | "
+                      + " | ".join(CONVERSION_STEPS) + " | total |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for conv in convs:
+                lines.append(f"| {conv['graphdef nodes']:,} | {conv['IR nodes imported']:,} | "
+                             f"{conv['IR nodes after passes']:,} | "
+                             + " | ".join(f"{conv[k][0]:.2f} ({conv[k][1]:.2f})" for k in CONVERSION_STEPS + ("total",))
+                             + " |")
+            if len(convs) > 1:
+                sizes = [c["graphdef nodes"] for c in convs]
+                lines.append("| exponent | | | " + " | ".join(
+                    f"{exponent(sizes, [c[k][0] for c in convs]):.2f}" for k in CONVERSION_STEPS + ("total",)) + " |")
+        write_section("pass-scaling", "\n".join(lines))
 
 
 if __name__ == "__main__":

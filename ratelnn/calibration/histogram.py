@@ -129,20 +129,23 @@ MAX_BIN_COUNT = 1 << 51
 def decode_bins(encoded: Iterable[object]) -> np.ndarray:
     """Inverse of :func:`encode_bins`; raises ValueError unless it yields exactly BINS
     non-negative integer counts of at most :data:`MAX_BIN_COUNT`."""
-    counts: List[int] = []
-    for item in encoded:
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise ValueError(f"histogram entry {item!r} is not an integer")
-        if item > MAX_BIN_COUNT:  # BINS such counts sum below 2^62: no int64 overflow
-            raise ValueError(f"histogram entry {item} is larger than 2^51")
-        if item < 0:
-            if len(counts) - item > BINS:
-                raise ValueError(f"histogram has more than {BINS} bins")
-            counts.extend([0] * (-item))
-        else:
-            counts.append(item)
-        if len(counts) > BINS:
-            raise ValueError(f"histogram has more than {BINS} bins")
-    if len(counts) != BINS:
-        raise ValueError(f"histogram has {len(counts)} bins, expected {BINS}")
-    return np.asarray(counts, dtype=np.int64)
+    items = list(encoded)
+    bad = next((x for x in items if type(x) is not int and (isinstance(x, bool) or not isinstance(x, int))), None)
+    if bad is not None:
+        raise ValueError(f"histogram entry {bad!r} is not an integer")
+    large = next((x for x in items if x > MAX_BIN_COUNT), None) if items and max(items) > MAX_BIN_COUNT else None
+    if large is not None:  # BINS such counts sum below 2^62: no int64 overflow
+        raise ValueError(f"histogram entry {large} is larger than 2^51")
+    if items and min(items) < -BINS:
+        raise ValueError(f"histogram has more than {BINS} bins")
+    entries = np.asarray(items, dtype=np.int64)
+    widths = np.where(entries < 0, -entries, 1)   # a run of k zero bins, or one count
+    ends = np.cumsum(widths)
+    size = int(ends[-1]) if items else 0
+    if size > BINS:
+        raise ValueError(f"histogram has more than {BINS} bins")
+    if size != BINS:
+        raise ValueError(f"histogram has {size} bins, expected {BINS}")
+    counts = np.zeros(BINS, np.int64)
+    counts[(ends - 1)[entries >= 0]] = entries[entries >= 0]
+    return counts

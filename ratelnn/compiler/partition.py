@@ -41,6 +41,10 @@ def find_regions(graph: Graph, is_supported: Callable[[Graph, Node], bool], merg
                 succ[p].add(i)
     supported = [is_supported(graph, n) for n in nodes]
     cluster = {i: i for i in range(len(nodes)) if supported[i]}
+    # per region root: its members, its frontier (successors outside it) and its last node
+    members: Dict[int, Set[int]] = {i: {i} for i in cluster}
+    frontier: Dict[int, Set[int]] = {i: set(succ[i]) - {i} for i in cluster}
+    last: Dict[int, int] = {i: i for i in cluster}
 
     def find(i: int) -> int:
         while cluster[i] != i:
@@ -48,13 +52,11 @@ def find_regions(graph: Graph, is_supported: Callable[[Graph, Node], bool], merg
             i = cluster[i]
         return i
 
-    def members(root: int) -> Set[int]:
-        return {i for i in cluster if find(i) == root}
-
-    def path_outside(a: Set[int], b: Set[int]) -> bool:
-        """True when a path from a node of ``a`` reaches ``b`` through a node outside a∪b."""
-        both = a | b
-        stack = [s for i in a for s in succ[i] if s not in both]
+    def path_outside(ra: int, rb: int) -> bool:
+        """True when a path from a node of region ``ra`` reaches region ``rb`` through a node
+        outside both.  Node indices are topological, so the search stops past ``rb``'s last node."""
+        a, b, limit = members[ra], members[rb], last[rb]
+        stack = [s for s in frontier[ra] if s not in b and s < limit]
         seen: Set[int] = set()
         while stack:
             k = stack.pop()
@@ -64,7 +66,7 @@ def find_regions(graph: Graph, is_supported: Callable[[Graph, Node], bool], merg
             for s in succ[k]:
                 if s in b:
                     return True
-                if s not in both:
+                if s not in a and s < limit:
                     stack.append(s)
         return False
 
@@ -72,10 +74,15 @@ def find_regions(graph: Graph, is_supported: Callable[[Graph, Node], bool], merg
         ri, rj = find(i), find(j)
         if ri == rj:
             return False
-        a, b = members(ri), members(rj)
-        if path_outside(a, b) or path_outside(b, a):
+        if path_outside(ri, rj) or path_outside(rj, ri):
             return False
-        cluster[max(ri, rj)] = min(ri, rj)
+        root, gone = min(ri, rj), max(ri, rj)
+        cluster[gone] = root
+        big, small = sorted((members.pop(ri), members.pop(rj)), key=len, reverse=True)
+        big |= small
+        members[root] = big
+        frontier[root] = {s for s in frontier.pop(ri) | frontier.pop(rj) if s not in big}
+        last[root] = max(last.pop(ri), last.pop(rj))
         return True
 
     changed = merge

@@ -196,13 +196,17 @@ def fold_batchnorm(graph: Graph) -> None:
     that Keras 3 freezes BatchNorm to) into the preceding Conv2D/MatMul weights and
     bias.  A BatchNorm with nothing to fold into becomes ``Mul`` + ``Add`` by
     per-channel params."""
+    expanded = {}
     for node in [n for n in graph.nodes if n.op == "BatchNorm"]:
         if all(graph.is_param(t) for t in node.inputs[1:]):
-            _batchnorm_to_mul_add(graph, node)
+            expanded[id(node)] = _batchnorm_to_mul_add(graph, node)
+    if expanded:
+        graph.nodes = [m for n in graph.nodes for m in expanded.get(id(n), (n,))]
     _fold_affine(graph, registry.AFFINE_OPS)
 
 
-def _batchnorm_to_mul_add(graph: Graph, node: Node) -> None:
+def _batchnorm_to_mul_add(graph: Graph, node: Node) -> Tuple[Node, Node]:
+    """The ``Mul`` + ``Add`` by params computing BatchNorm ``node`` (to take its place)."""
     gamma, beta, mean, var = (np.asarray(graph.params[t], np.float32) for t in node.inputs[1:])
     scale = gamma / np.sqrt(var + np.float32(node.attrs.get("eps", 1e-3)))
     shift = beta - mean * scale
@@ -218,8 +222,7 @@ def _batchnorm_to_mul_add(graph: Graph, node: Node) -> None:
     graph.tensors[scaled] = graph.tensors[node.outputs[0]]
     mul = Node(graph.unique_name(f"{node.name}/mul"), "Mul", [node.inputs[0], scale_p], [scaled])
     add = Node(node.name, "Add", [scaled, shift_p], list(node.outputs))
-    idx = graph.nodes.index(node)
-    graph.nodes[idx:idx + 1] = [mul, add]
+    return mul, add
 
 
 # ---------------------------------------------------------------- fuse_bias_activation
@@ -333,8 +336,7 @@ def fuse_prelu(graph: Graph) -> None:
         if pattern is None or _fuse_prelu_into_producer(graph, pattern):
             continue
         alpha = graph.add_param(graph.unique_name(f"{node.name}/alpha"), pattern.alpha)
-        position = next(i for i, n in enumerate(graph.nodes) if n is node)
-        graph.nodes[position] = Node(node.name, "PRelu", [pattern.x, alpha], list(node.outputs))
+        graph.replace_node(node, Node(node.name, "PRelu", [pattern.x, alpha], list(node.outputs)))
         graph.remove_nodes(pattern.nodes[:-1])
 
 

@@ -188,7 +188,9 @@ def quantize_multiplier(real: float, acc_bound: int = 1) -> Tuple[int, int]:
     if not (math.isfinite(real) and real >= 0):
         raise EngineError(f"requantization multiplier must be finite and >= 0, got {real}")
     acc_bound = max(int(acc_bound), 1)
-    for s in range(MAX_SHIFT, -1, -1):
+    # real * 2**s >= 2**31 > MAX_MULTIPLIER for every s >= 32 - exponent(real): start below
+    start = MAX_SHIFT if real == 0 else min(MAX_SHIFT, max(0, 31 - math.frexp(real)[1]))
+    for s in range(start, -1, -1):
         m = _round_half_away(real * 2.0 ** s)
         if m <= MAX_MULTIPLIER and acc_bound * m <= MAX_PRODUCT:
             return m, s

@@ -8,7 +8,7 @@ allocate their own buffers (the plan is for the cost model and the scheme).
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 ALIGNMENT = 64  # bytes; every offset is a multiple of this
 
@@ -25,18 +25,26 @@ def plan_memory(sizes: Sequence[int], lifetimes: Sequence[Tuple[int, int]]) -> T
         raise ValueError("plan_memory: one lifetime per size is needed")
     order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
     offsets = [0] * len(sizes)
-    placed: List[int] = []
+    live_at: Dict[int, List[int]] = {}   # instruction index -> tensors placed live there
+    reversed_spans: List[int] = []       # placed tensors with first > last, checked one by one
     total = 0
     for i in order:
         first, last = lifetimes[i]
-        busy = sorted((offsets[j], offsets[j] + _align(sizes[j])) for j in placed
-                      if not (lifetimes[j][1] < first or last < lifetimes[j][0]))
+        overlapping = {j for k in range(first, last + 1) for j in live_at.get(k, ())}
+        overlapping.update(j for j in reversed_spans
+                           if not (lifetimes[j][1] < first or last < lifetimes[j][0]))
+        if first > last:   # a placed span overlaps it only if it covers [last, first]
+            overlapping.update(j for j in live_at.get(last, ()) if lifetimes[j][1] >= first)
+        busy = sorted((offsets[j], offsets[j] + _align(sizes[j])) for j in overlapping)
         offset = 0
         for start, end in busy:
             if offset + _align(sizes[i]) <= start:
                 break
             offset = max(offset, end)
         offsets[i] = offset
-        placed.append(i)
+        if first > last:
+            reversed_spans.append(i)
+        for k in range(first, last + 1):
+            live_at.setdefault(k, []).append(i)
         total = max(total, offset + _align(sizes[i]))
     return offsets, total

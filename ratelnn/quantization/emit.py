@@ -55,10 +55,8 @@ def _splice_readers(g: Graph, tensor: str, suffix: str, build: NodeBuilder,
                     readers: List[Node]) -> None:
     """Make ``readers`` read the new value computed by ``build`` from ``tensor``."""
     result = g.unique_name(f"{_base(tensor)}/{suffix}")
-    reader_ids = {id(n) for n in readers}
-    for n in g.nodes:
-        if id(n) in reader_ids:
-            n.inputs = [result if t == tensor else t for t in n.inputs]
+    for n in readers:
+        n.inputs = [result if t == tensor else t for t in n.inputs]
     g.tensors[result] = TensorInfo(g.tensors[tensor].shape, "float32")
     g.nodes.extend(build(tensor, result, result))
 

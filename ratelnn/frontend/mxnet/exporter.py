@@ -11,6 +11,8 @@ registry entry (ratelnn/ir/registry.py); one with attributes has its function in
 """
 from __future__ import annotations
 
+import collections
+
 import json
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -38,7 +40,8 @@ class _Exporter:
         self.names = NameAllocator(reserved=self.graph.tensors)
         self.entries: Dict[str, Entry] = {}  # IR tensor -> symbol entry
         self.params: Dict[str, np.ndarray] = {}
-        self.param_uses = {p: sum(t == p for n in graph.nodes for t in n.inputs) for p in graph.params}
+        uses = collections.Counter(t for n in graph.nodes for t in n.inputs)
+        self.param_uses = {p: uses[p] for p in graph.params}
         self.converted: Dict[Tuple[str, str], Entry] = {}
 
     # -- naming
