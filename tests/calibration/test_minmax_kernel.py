@@ -86,20 +86,23 @@ def test_every_path_gives_the_same_signed_zero_range(ops, tmp_path):
 
 
 # Sizes around the scan's boundaries: the 16-element vector step (scalar tail), the
-# 1024-element counting block and its prefetch of the next one, the 2^15 switch to 32-bit
-# counters, the 2^16 shard blocks and the 2^18 threshold for sharding.
-BOUNDARY_SIZES = (1, 15, 17, 1023, 1041, 2047, 2 ** 15 - 1, 2 ** 15 + 17, 2 ** 18 - 1,
-                  2 ** 18 + 2 ** 16 + 5)
+# 1024-element counting block, its prefetch of the next one and the counting of its slots
+# during the next block (a last block of one step), the 2^15 switch to 32-bit counters, the
+# 2^16 shard blocks and the 2^18 threshold for sharding.
+BOUNDARY_SIZES = (1, 15, 17, 1023, 1041, 2047, 3 * 1024 + 16, 2 ** 15 - 1, 2 ** 15 + 17,
+                  2 ** 18 - 1, 2 ** 18 + 2 ** 16 + 5)
 
 
 def boundary_batches(size: int, rng) -> list:
-    """Three batches of `size` elements: signed values with ReLU zeros and a saturated run in
-    one bin (6.0), then the same at 1/4 (binned at the first batch's range) and at 64x
-    (beyond it: binned again)."""
+    """Four batches of `size` elements: signed values with ReLU zeros and a saturated run in
+    one bin (6.0), then the same at 1/4 (binned at the first batch's range), at 64x (beyond
+    it: binned again), and values none of which falls in bin 0 (every element counted: more
+    counter slots per block than the next block's steps take along)."""
     x = rng.normal(0, 2, size).astype(np.float32)
     x[rng.random(size) < 0.4] = 0.0
     x[rng.random(size) < 0.2] = 6.0
-    return [x, x * np.float32(0.25), x * np.float32(64)]
+    dense = rng.uniform(100, 300, size).astype(np.float32) * np.sign(rng.normal(size=size))
+    return [x, x * np.float32(0.25), x * np.float32(64), dense.astype(np.float32)]
 
 
 @pytest.mark.parametrize("path", ISA_PATHS)
@@ -118,7 +121,7 @@ def test_boundary_sizes_match_numpy_on_one_and_two_threads(ops, tmp_path, path):
                     tensor_name=f"n{size}", output_dir=str(output_dir)) for size in BOUNDARY_SIZES]
             config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads)
             with tf.compat.v1.Session(graph=graph, config=config) as sess:
-                for k in range(3):
+                for k in range(4):
                     sess.run(recorders,
                              {f"x{size}:0": batches[size][k] for size in BOUNDARY_SIZES})
             stats = load_statistics(output_dir)
