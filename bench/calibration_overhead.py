@@ -150,9 +150,10 @@ def scan_cost(tensors, repeats: int):
     """``{kernel path: {"memory" | "cache": (median, min) CPU ns per element}}`` of RatelMinMax
     alone, one intra-op thread, on every path this CPU supports, the inputs in variables so
     that nothing is copied. ``memory``: one op per tensor, all in one ``Session.run`` (most
-    tensors are beyond L2, so this reads them from memory). ``cache``: per tensor, a chain of
-    ``CACHE_SCANS`` ops on its first ``CACHE_WINDOW`` elements, one ``Session.run`` each (the
-    window stays in L2; the per-op and per-run overheads are included)."""
+    tensors are beyond L2, so this reads them from memory). ``cache``: ``CACHE_SCANS`` ops in
+    a row on the first ``CACHE_WINDOW`` elements of each tensor, tensor after tensor, one
+    chain of control dependencies in one ``Session.run`` (the window stays in L2; the
+    per-op overheads are included)."""
     import tensorflow as tf
 
     import ratelnn
@@ -172,42 +173,43 @@ def scan_cost(tensors, repeats: int):
             scans = tf.group(*[ops.ratel_min_max(v.read_value(), tensor_name=f"t{i}",
                                                  output_dir=output_dir)
                                for i, v in enumerate(whole)])
-            chains = [scan_chain(ops, v, f"w{i}", output_dir)
-                      for i, v in enumerate(variables[len(tensors):])]
+            chain = None
+            for i, v in enumerate(variables[len(tensors):]):
+                chain = scan_chain(ops, v, f"w{i}", output_dir, chain)
         config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
                                           inter_op_parallelism_threads=1)
         with tf.compat.v1.Session(graph=graph, config=config) as sess:
             sess.run([v.initializer for v in variables], dict(zip(feeds, tensors + windows)))
             for path in supported_isas():
                 with force_isa(path):
-                    sess.run([scans] + chains)  # the first batch of a kernel also sets its range
+                    sess.run([scans, chain])  # the first batch of a kernel also sets its range
                     seconds = {"memory": [], "cache": []}
                     for _ in range(repeats):
-                        seconds["memory"].append(cpu_seconds(sess, [scans]))
-                        seconds["cache"].append(cpu_seconds(sess, chains))
+                        seconds["memory"].append(cpu_seconds(sess, scans))
+                        seconds["cache"].append(cpu_seconds(sess, chain))
                 costs[path] = {kind: (1e9 * statistics.median(values) / sizes[kind],
                                       1e9 * min(values) / sizes[kind])
                                for kind, values in seconds.items()}
     return costs
 
 
-def scan_chain(ops, variable, name: str, output_dir: str):
-    """``CACHE_SCANS`` RatelMinMax ops on ``variable``, each after the one before."""
+def scan_chain(ops, variable, name: str, output_dir: str, after=None):
+    """``CACHE_SCANS`` RatelMinMax ops on ``variable``, each after the one before, the first
+    after the op ``after``; returns the last one."""
     import tensorflow as tf
 
-    last = None
-    for k in range(CACHE_SCANS):
+    last = after
+    for _ in range(CACHE_SCANS):
         with tf.control_dependencies([last] if last is not None else []):
             last = ops.ratel_min_max(variable.read_value(), tensor_name=name,
                                      output_dir=output_dir).op
     return last
 
 
-def cpu_seconds(sess, fetches) -> float:
-    """Process CPU seconds of running each of ``fetches`` in its own ``Session.run``."""
+def cpu_seconds(sess, fetch) -> float:
+    """Process CPU seconds of one ``Session.run`` of ``fetch``."""
     start = time.process_time()
-    for fetch in fetches:
-        sess.run(fetch)
+    sess.run(fetch)
     return time.process_time() - start
 
 
@@ -256,8 +258,8 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               f"runs (target <= {SCAN_TARGET_NS} ns per element per core); `memory`: the "
               f"{len(tensors)} calibrated tensors in turn ({4 * elements / 2**20:.0f} MiB, read "
               f"from memory); `L2`: the first {CACHE_WINDOW} elements of each, scanned "
-              f"{CACHE_SCANS} times in a row (the first scan loads them; op and run overheads "
-              "included):",
+              f"{CACHE_SCANS} times in a row, tensor after tensor, in one run (the first scan loads "
+              "them; per-op overheads included):",
               "",
               "| kernel path | memory | L2 |",
               "|---|---:|---:|"]
