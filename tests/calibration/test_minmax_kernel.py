@@ -4,8 +4,12 @@ hint), a batch that exceeds it (binned again at its own range), NaN in a late bl
 around every block boundary of the scan, on one and two threads; NaN/Inf in the tail."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+from helpers.stats import subprocess_env
 
 import ratelnn
 from ratelnn.calibration.histogram import AbsHistogram
@@ -130,6 +134,41 @@ def test_boundary_sizes_match_numpy_on_one_and_two_threads(ops, tmp_path, path):
                 s = stats[f"n{size}"]
                 assert s.histogram == AbsHistogram.of_values(every), (size, threads)
                 assert (s.min, s.max, s.count) == (every.min(), every.max(), every.size)
+
+
+# Records every array of an .npz file (argv[1]) as a tensor of its own into argv[2], in a
+# process whose kernel path RATELNN_ISA chose when the library loaded.
+RECORD_SCRIPT = """
+import sys
+import numpy as np
+import ratelnn
+ops = ratelnn.tf_init()
+for name, x in np.load(sys.argv[1]).items():
+    ops.ratel_min_max(x, tensor_name=name, output_dir=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("path", ["portable", "avx2", "avx512"])
+def test_path_chosen_by_the_environment_records_the_reference_statistics(tmp_path, path):
+    """RATELNN_ISA picks the scan's path when the library loads (a new process): the
+    portable loop, the AVX2 one (run by the AVX-VNNI path too) and the AVX-512 one (run by
+    the AVX-512 VNNI path too) record numpy's range and histogram on saturated ReLU6 runs,
+    dense blocks (every element counted) and sizes around the 1024-element blocks."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path")
+    rng = np.random.default_rng(5)
+    arrays = {f"n{size}": np.clip(rng.normal(1, 3, size), 0, 6).astype(np.float32)
+              for size in (1040, 3 * 1024 + 17, 2 ** 15 + 33)}
+    arrays["dense"] = rng.uniform(-300, 300, 5000).astype(np.float32)
+    np.savez(tmp_path / "x.npz", **arrays)
+    proc = subprocess.run([sys.executable, "-c", RECORD_SCRIPT, str(tmp_path / "x.npz"),
+                           str(tmp_path / "stats")], env=subprocess_env(RATELNN_ISA=path),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = load_statistics(tmp_path / "stats")
+    for name, x in arrays.items():
+        assert stats[name].histogram == AbsHistogram.of_values(x), name
+        assert (stats[name].min, stats[name].max) == (x.min(), x.max()), name
 
 
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
