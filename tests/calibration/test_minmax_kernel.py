@@ -4,8 +4,12 @@ hint), a batch that exceeds it (binned again at its own range), NaN in a late bl
 around every block boundary of the scan, on one and two threads; NaN/Inf in the tail."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+from helpers.stats import subprocess_env
 
 import ratelnn
 from ratelnn.calibration.histogram import AbsHistogram
@@ -86,20 +90,23 @@ def test_every_path_gives_the_same_signed_zero_range(ops, tmp_path):
 
 
 # Sizes around the scan's boundaries: the 16-element vector step (scalar tail), the
-# 1024-element counting block and its prefetch of the next one, the 2^15 switch to 32-bit
-# counters, the 2^16 shard blocks and the 2^18 threshold for sharding.
-BOUNDARY_SIZES = (1, 15, 17, 1023, 1041, 2047, 2 ** 15 - 1, 2 ** 15 + 17, 2 ** 18 - 1,
-                  2 ** 18 + 2 ** 16 + 5)
+# 1024-element counting block, its prefetch of the next one and the counting of its slots
+# during the next block (a last block of one step), the 2^15 switch to 32-bit counters, the
+# 2^16 shard blocks and the 2^18 threshold for sharding.
+BOUNDARY_SIZES = (1, 15, 17, 1023, 1041, 2047, 3 * 1024 + 16, 2 ** 15 - 1, 2 ** 15 + 17,
+                  2 ** 18 - 1, 2 ** 18 + 2 ** 16 + 5)
 
 
 def boundary_batches(size: int, rng) -> list:
-    """Three batches of `size` elements: signed values with ReLU zeros and a saturated run in
-    one bin (6.0), then the same at 1/4 (binned at the first batch's range) and at 64x
-    (beyond it: binned again)."""
+    """Four batches of `size` elements: signed values with ReLU zeros and a saturated run in
+    one bin (6.0), then the same at 1/4 (binned at the first batch's range), at 64x (beyond
+    it: binned again), and values none of which falls in bin 0 (every element counted: more
+    counter slots per block than the next block's steps take along)."""
     x = rng.normal(0, 2, size).astype(np.float32)
     x[rng.random(size) < 0.4] = 0.0
     x[rng.random(size) < 0.2] = 6.0
-    return [x, x * np.float32(0.25), x * np.float32(64)]
+    dense = rng.uniform(100, 300, size).astype(np.float32) * np.sign(rng.normal(size=size))
+    return [x, x * np.float32(0.25), x * np.float32(64), dense.astype(np.float32)]
 
 
 @pytest.mark.parametrize("path", ISA_PATHS)
@@ -118,7 +125,7 @@ def test_boundary_sizes_match_numpy_on_one_and_two_threads(ops, tmp_path, path):
                     tensor_name=f"n{size}", output_dir=str(output_dir)) for size in BOUNDARY_SIZES]
             config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads)
             with tf.compat.v1.Session(graph=graph, config=config) as sess:
-                for k in range(3):
+                for k in range(4):
                     sess.run(recorders,
                              {f"x{size}:0": batches[size][k] for size in BOUNDARY_SIZES})
             stats = load_statistics(output_dir)
@@ -127,6 +134,41 @@ def test_boundary_sizes_match_numpy_on_one_and_two_threads(ops, tmp_path, path):
                 s = stats[f"n{size}"]
                 assert s.histogram == AbsHistogram.of_values(every), (size, threads)
                 assert (s.min, s.max, s.count) == (every.min(), every.max(), every.size)
+
+
+# Records every array of an .npz file (argv[1]) as a tensor of its own into argv[2], in a
+# process whose kernel path RATELNN_ISA chose when the library loaded.
+RECORD_SCRIPT = """
+import sys
+import numpy as np
+import ratelnn
+ops = ratelnn.tf_init()
+for name, x in np.load(sys.argv[1]).items():
+    ops.ratel_min_max(x, tensor_name=name, output_dir=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("path", ["portable", "avx2", "avx512"])
+def test_path_chosen_by_the_environment_records_the_reference_statistics(tmp_path, path):
+    """RATELNN_ISA picks the scan's path when the library loads (a new process): the
+    portable loop, the AVX2 one (run by the AVX-VNNI path too) and the AVX-512 one (run by
+    the AVX-512 VNNI path too) record numpy's range and histogram on saturated ReLU6 runs,
+    dense blocks (every element counted) and sizes around the 1024-element blocks."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path")
+    rng = np.random.default_rng(5)
+    arrays = {f"n{size}": np.clip(rng.normal(1, 3, size), 0, 6).astype(np.float32)
+              for size in (1040, 3 * 1024 + 17, 2 ** 15 + 33)}
+    arrays["dense"] = rng.uniform(-300, 300, 5000).astype(np.float32)
+    np.savez(tmp_path / "x.npz", **arrays)
+    proc = subprocess.run([sys.executable, "-c", RECORD_SCRIPT, str(tmp_path / "x.npz"),
+                           str(tmp_path / "stats")], env=subprocess_env(RATELNN_ISA=path),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = load_statistics(tmp_path / "stats")
+    for name, x in arrays.items():
+        assert stats[name].histogram == AbsHistogram.of_values(x), name
+        assert (stats[name].min, stats[name].max) == (x.min(), x.max()), name
 
 
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
