@@ -28,7 +28,7 @@ _lib_lock = threading.Lock()
 
 # Kernel paths in the order of ops/core/isa.h's Isa (the capability ladder: the last one a CPU
 # supports is its default); every one gives the same bits (docs/npu-arithmetic.md).
-ISA_PATHS = ("portable", "avx2", "avx_vnni", "avx512", "avx512_vnni")
+ISA_PATHS = ("portable", "avx2", "avx_vnni", "avx512", "avx512_vnni", "amx")
 ISA_ENV = "RATELNN_ISA"
 
 

@@ -247,7 +247,7 @@ def test_wide_instructions_only_inside_the_run_time_paths():
     x86-64 code, so it loads and runs on any x86-64 machine (no SIGILL on an older host)."""
     wide = _functions_with_wide_instructions(native.library_path())
     assert any("isa_avx512_vnni" in f for f in wide) and any("isa_avx_vnni" in f for f in wide)  # compiled in
-    outside = sorted(f for f in wide if not re.search(r"\bisa_avx(2|_vnni|512|512_vnni)\b", f))
+    outside = sorted(f for f in wide if not re.search(r"\bisa_(avx2|avx_vnni|avx512|avx512_vnni|amx)\b", f))
     assert outside == []
 
 
@@ -290,7 +290,7 @@ def test_op_libraries_compile_for_a_sapphire_rapids_target():
 
 
 PEAK_INSTRUCTIONS = {"portable": "pmaddwd", "avx2": "vpmaddwd + vpaddd ymm", "avx_vnni": "vpdpbusd ymm",
-                     "avx512": "vpmaddwd + vpaddd zmm", "avx512_vnni": "vpdpbusd zmm"}
+                     "avx512": "vpmaddwd + vpaddd zmm", "avx512_vnni": "vpdpbusd zmm", "amx": "tdpbusd tiles"}
 
 
 @pytest.mark.parametrize("path", ISA_PATHS)
