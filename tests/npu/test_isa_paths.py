@@ -307,7 +307,7 @@ def test_peak_probe_names_each_paths_multiply_add(path):
 
 def _gemm_cases():
     """(engine, input) pairs aimed at the GEMM of 1x1 and KxK convs (on amx the tdpbusd tiles
-    where M >= 16, K >= 32, >= 32 channels; vpdpbusd below): odd channel counts, K off the
+    where M >= 16, K >= 128, >= 32 channels; vpdpbusd below): odd channel counts, K off the
     64-value tile steps (27, 99, 200, 300, 576) and on them (64, 256), strides, asymmetric
     pads, a dilation, groups, a 1x1 image at batch 20 (a dense layer's shape), int8/uint8
     activations, row counts off the 16-row tiles, ReLU and the whole int8 range."""
