@@ -252,7 +252,7 @@ class NativeEngine:
 
 def peak_gmacs(seconds: float = 0.2, repeats: int = 5) -> dict:
     """The measured multiply-add peak of one core on the active kernel path: a register-only
-    loop of the path's GEMM instruction (vpdpbusd zmm on avx512_vnni, ymm on avx_vnni) run by the calling thread
+    loop of the path's GEMM instruction (tdpbusd tiles on amx, vpdpbusd zmm on avx512_vnni, ymm on avx_vnni) run by the calling thread
     (ctypes releases the GIL) for about ``seconds``, ``repeats`` times.  Returns
     ``{"gmacs_per_core": median GMAC/s, "instruction": name, "path": native_isa()}``.  For
     benchmarks: a shared machine lowers it."""
