@@ -46,6 +46,23 @@ def test_every_kernel_path_matches_the_reference(path, engine_and_input):
     assert np.unique(ref).size > 10  # the engine computes something non-trivial
 
 
+def _bit_exact_on_path(path, cases):
+    """Run (engine, input) cases on the reference and forced onto `path` (1 and 2 threads),
+    asserting equal bits; skip, saying so, when the CPU lacks the path.  Returns how many
+    cases' outputs take more than 8 distinct values."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
+    distinct = 0
+    for eng, x in cases:
+        (ref,) = eng.run([x], backend="reference")
+        with force_isa(path):
+            for threads in (1, 2):
+                (got,) = eng.run([x], backend="native", num_threads=threads)
+                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
+        distinct += np.unique(ref).size > 8
+    return distinct
+
+
 def _depthwise_cases():
     """(engine, input) pairs aimed at the depthwise kernels: input widths 1..16 (the 8/4/2/1
     column runs) and 37-200 at stride 2 (interior 8-pixel runs), strides 1 and 2, asymmetric
@@ -84,17 +101,7 @@ def test_depthwise_on_every_kernel_path(path):
     """Depthwise convs forced onto each path this CPU has (AVX-512 VNNI: the vpdpbusd column
     runs, strides 1 and 2; AVX2/AVX-VNNI/AVX-512: the int32-lane runs; portable: the padded copy), 1 and 2 threads,
     bit-exact with the reference; a path the CPU lacks is reported as not run."""
-    if path not in supported_isas():
-        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
-    distinct = 0
-    for eng, x in _depthwise_cases():
-        (ref,) = eng.run([x], backend="reference")
-        with force_isa(path):
-            for threads in (1, 2):
-                (got,) = eng.run([x], backend="native", num_threads=threads)
-                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
-        distinct += np.unique(ref).size > 8
-    assert distinct >= 12  # the outputs are not saturated constants
+    assert _bit_exact_on_path(path, _depthwise_cases()) >= 12  # the outputs are not saturated constants
 
 
 def _stem_cases():
@@ -342,14 +349,4 @@ def test_gemm_convs_on_every_kernel_path(path):
     """1x1, KxK, strided, dilated, grouped and dense-shaped convs forced onto each path this
     CPU has (amx: the tile GEMM), 1 and 2 threads, bit-exact with the reference; a path the
     CPU lacks is reported as not run."""
-    if path not in supported_isas():
-        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
-    distinct = 0
-    for eng, x in _gemm_cases():
-        (ref,) = eng.run([x], backend="reference")
-        with force_isa(path):
-            for threads in (1, 2):
-                (got,) = eng.run([x], backend="native", num_threads=threads)
-                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
-        distinct += np.unique(ref).size > 8
-    assert distinct >= 6  # the outputs are not saturated constants
+    assert _bit_exact_on_path(path, _gemm_cases()) >= 6  # the outputs are not saturated constants
