@@ -67,7 +67,10 @@ void resolve_from_env() {
     }
     if (!isa_supported(isa)) {
       g_env_error = std::string(kIsaEnv) + "=" + env + ": this CPU cannot run that kernel path (it supports: " +
-                    supported_list() + ")";
+                    supported_list() + ")" +
+                    (isa == Isa::kAmx ? "; amx needs AMX-TILE and AMX-INT8, the OS tile state (XCR0) and, on Linux, "
+                                        "the kernel's permission (arch_prctl ARCH_REQ_XCOMP_PERM)"
+                                      : "");
       return;
     }
   }
