@@ -4,6 +4,10 @@
 #if RATELNN_X86_PATHS
 #include <cpuid.h>
 #endif
+#if RATELNN_X86_PATHS && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -12,11 +16,33 @@
 namespace ratelnn {
 namespace {
 
-constexpr const char* kNames[kIsaCount] = {"portable", "avx2", "avx_vnni", "avx512", "avx512_vnni"};
+constexpr const char* kNames[kIsaCount] = {"portable", "avx2", "avx_vnni", "avx512", "avx512_vnni", "amx"};
 
 std::atomic<int> g_active{-1};  // -1: not resolved yet
 std::once_flag g_env_once;
 std::string g_env_error;  // set once, under g_env_once
+
+#if RATELNN_X86_PATHS
+// AMX-INT8: CPUID.(EAX=7, ECX=0):EDX bits 24 (AMX-TILE) and 25 (AMX-INT8), XCR0 bits 17-18
+// (the OS saves XTILECFG and XTILEDATA), and on Linux the process's permission to use the
+// tile data (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once; without it the
+// first tile instruction would kill the process).  Other systems: not supported.
+bool amx_usable() {
+#if defined(__linux__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d & (1u << 24)) == 0 || (d & (1u << 25)) == 0) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || (c & bit_OSXSAVE) == 0) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
+#else
+  return false;
+#endif
+}
+#endif
 
 std::string known_list() {
   std::string s;
@@ -41,7 +67,10 @@ void resolve_from_env() {
     }
     if (!isa_supported(isa)) {
       g_env_error = std::string(kIsaEnv) + "=" + env + ": this CPU cannot run that kernel path (it supports: " +
-                    supported_list() + ")";
+                    supported_list() + ")" +
+                    (isa == Isa::kAmx ? "; amx needs AMX-TILE and AMX-INT8, the OS tile state (XCR0) and, on Linux, "
+                                        "the kernel's permission (arch_prctl ARCH_REQ_XCOMP_PERM)"
+                                      : "");
       return;
     }
   }
@@ -86,6 +115,8 @@ bool isa_supported(Isa isa) {
              __builtin_cpu_supports("avx512vl");
     case Isa::kAvx512Vnni:
       return isa_supported(Isa::kAvx512) && __builtin_cpu_supports("avx512vnni");
+    case Isa::kAmx:
+      return isa_supported(Isa::kAvx512Vnni) && amx_usable();
   }
   return false;
 #else

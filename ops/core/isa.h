@@ -7,7 +7,7 @@
 // paths compute the same bits: tests force each supported path in turn and compare.
 //
 // The path is the best one the CPU and OS support, unless the environment variable
-// RATELNN_ISA names another (portable, avx2, avx_vnni, avx512, avx512_vnni); a name the machine lacks
+// RATELNN_ISA names another (portable, avx2, avx_vnni, avx512, avx512_vnni, amx); a name the machine lacks
 // is an error at the first kernel call (IsaError), never a silent fallback.
 #pragma once
 
@@ -44,8 +44,10 @@ enum class Isa : int {
   kAvxVnni = 2,     // AVX2 + AVX-VNNI (VEX): vpdpbusd / vpdpwssd on 8 int32 lanes (ymm)
   kAvx512 = 3,      // AVX-512 F/BW/DQ/VL: vpmaddwd on 16 int32 lanes
   kAvx512Vnni = 4,  // AVX-512 VNNI: vpdpbusd / vpdpwssd on 16 int32 lanes (zmm)
+  kAmx = 5,         // avx512_vnni plus AMX-INT8 tiles (tdpbusd) for the u8 x s8 GEMM; Linux, once the
+                    // kernel granted the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM)
 };
-constexpr int kIsaCount = 5;
+constexpr int kIsaCount = 6;
 
 // The environment variable that forces a path.
 constexpr const char* kIsaEnv = "RATELNN_ISA";

@@ -65,16 +65,19 @@ int64_t chunk_pairs_for(DType x, DType w) { return std::max<int64_t>(1, (int64_t
 // ------------------------------------------------------------------ the kernels, per path
 // RATELNN_ISA_LEVEL: the vector ladder the .inc compiles (0 portable, 1 AVX2 ymm, 2 AVX-512,
 // 3 AVX-512 VNNI); RATELNN_ISA_DOT: 1 where vpdpbusd is there (the dot-product kernels on
-// packed_quads: zmm at level 3, VEX ymm on avx_vnni); RATELNN_ISA_PATH: the Isa (the index
-// of the path's channel_params).
+// packed_quads: zmm at level 3, VEX ymm on avx_vnni); RATELNN_ISA_AMX: 1 on the amx path (the
+// avx512_vnni code plus the tdpbusd tile GEMM, gemm_dot.inc); RATELNN_ISA_PATH: the Isa (the
+// index of the path's channel_params).
 #define RATELNN_ISA_LEVEL 0
 #define RATELNN_ISA_DOT 0
+#define RATELNN_ISA_AMX 0
 #define RATELNN_ISA_PATH Isa::kPortable
 namespace isa_portable {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_portable
 #undef RATELNN_ISA_LEVEL
 #undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_AMX
 #undef RATELNN_ISA_PATH
 
 #if RATELNN_X86_PATHS
@@ -82,12 +85,14 @@ namespace isa_portable {
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c")
 #define RATELNN_ISA_LEVEL 1
 #define RATELNN_ISA_DOT 0
+#define RATELNN_ISA_AMX 0
 #define RATELNN_ISA_PATH Isa::kAvx2
 namespace isa_avx2 {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_avx2
 #undef RATELNN_ISA_LEVEL
 #undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_AMX
 #undef RATELNN_ISA_PATH
 #pragma GCC pop_options
 
@@ -96,12 +101,14 @@ namespace isa_avx2 {
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avxvnni")
 #define RATELNN_ISA_LEVEL 1
 #define RATELNN_ISA_DOT 1
+#define RATELNN_ISA_AMX 0
 #define RATELNN_ISA_PATH Isa::kAvxVnni
 namespace isa_avx_vnni {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_avx_vnni
 #undef RATELNN_ISA_LEVEL
 #undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_AMX
 #undef RATELNN_ISA_PATH
 #pragma GCC pop_options
 
@@ -109,12 +116,14 @@ namespace isa_avx_vnni {
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avx512f,avx512bw,avx512dq,avx512vl")
 #define RATELNN_ISA_LEVEL 2
 #define RATELNN_ISA_DOT 0
+#define RATELNN_ISA_AMX 0
 #define RATELNN_ISA_PATH Isa::kAvx512
 namespace isa_avx512 {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_avx512
 #undef RATELNN_ISA_LEVEL
 #undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_AMX
 #undef RATELNN_ISA_PATH
 #pragma GCC pop_options
 
@@ -122,12 +131,29 @@ namespace isa_avx512 {
 #pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
 #define RATELNN_ISA_LEVEL 3
 #define RATELNN_ISA_DOT 1
+#define RATELNN_ISA_AMX 0
 #define RATELNN_ISA_PATH Isa::kAvx512Vnni
 namespace isa_avx512_vnni {
 #include "core/npu_conv_kernels.inc"
 }  // namespace isa_avx512_vnni
 #undef RATELNN_ISA_LEVEL
 #undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_AMX
+#undef RATELNN_ISA_PATH
+#pragma GCC pop_options
+// AMX: the avx512_vnni code plus the AMX-INT8 tile GEMM (tdpbusd) of conv_gemm_quad.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2,popcnt,lzcnt,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")
+#define RATELNN_ISA_LEVEL 3
+#define RATELNN_ISA_DOT 1
+#define RATELNN_ISA_AMX 1
+#define RATELNN_ISA_PATH Isa::kAmx
+namespace isa_amx {
+#include "core/npu_conv_kernels.inc"
+}  // namespace isa_amx
+#undef RATELNN_ISA_LEVEL
+#undef RATELNN_ISA_DOT
+#undef RATELNN_ISA_AMX
 #undef RATELNN_ISA_PATH
 #pragma GCC pop_options
 #endif
@@ -136,6 +162,7 @@ namespace isa_avx512_vnni {
 #if RATELNN_X86_PATHS
 #define RATELNN_ON_ACTIVE_PATH(call)                          \
   switch (active_isa()) {                                    \
+    case Isa::kAmx: return isa_amx::call;                    \
     case Isa::kAvx512Vnni: return isa_avx512_vnni::call;     \
     case Isa::kAvx512: return isa_avx512::call;              \
     case Isa::kAvxVnni: return isa_avx_vnni::call;           \
@@ -284,6 +311,7 @@ void prepare_channel_params(const Engine& e, Instruction& ins, int64_t cout) {
   if (isa_supported(Isa::kAvx512)) ins.channel_params[int(Isa::kAvx512)] = isa_avx512::make_channel_params(e, ins, cout);
   if (isa_supported(Isa::kAvx512Vnni))
     ins.channel_params[int(Isa::kAvx512Vnni)] = isa_avx512_vnni::make_channel_params(e, ins, cout);
+  if (isa_supported(Isa::kAmx)) ins.channel_params[int(Isa::kAmx)] = isa_amx::make_channel_params(e, ins, cout);
 #endif
 }
 

@@ -28,7 +28,7 @@ _lib_lock = threading.Lock()
 
 # Kernel paths in the order of ops/core/isa.h's Isa (the capability ladder: the last one a CPU
 # supports is its default); every one gives the same bits (docs/npu-arithmetic.md).
-ISA_PATHS = ("portable", "avx2", "avx_vnni", "avx512", "avx512_vnni")
+ISA_PATHS = ("portable", "avx2", "avx_vnni", "avx512", "avx512_vnni", "amx")
 ISA_ENV = "RATELNN_ISA"
 
 
@@ -252,7 +252,7 @@ class NativeEngine:
 
 def peak_gmacs(seconds: float = 0.2, repeats: int = 5) -> dict:
     """The measured multiply-add peak of one core on the active kernel path: a register-only
-    loop of the path's GEMM instruction (vpdpbusd zmm on avx512_vnni, ymm on avx_vnni) run by the calling thread
+    loop of the path's GEMM instruction (tdpbusd tiles on amx, vpdpbusd zmm on avx512_vnni, ymm on avx_vnni) run by the calling thread
     (ctypes releases the GIL) for about ``seconds``, ``repeats`` times.  Returns
     ``{"gmacs_per_core": median GMAC/s, "instruction": name, "path": native_isa()}``.  For
     benchmarks: a shared machine lowers it."""

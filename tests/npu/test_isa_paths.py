@@ -46,6 +46,23 @@ def test_every_kernel_path_matches_the_reference(path, engine_and_input):
     assert np.unique(ref).size > 10  # the engine computes something non-trivial
 
 
+def _bit_exact_on_path(path, cases):
+    """Run (engine, input) cases on the reference and forced onto `path` (1 and 2 threads),
+    asserting equal bits; skip, saying so, when the CPU lacks the path.  Returns how many
+    cases' outputs take more than 8 distinct values."""
+    if path not in supported_isas():
+        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
+    distinct = 0
+    for eng, x in cases:
+        (ref,) = eng.run([x], backend="reference")
+        with force_isa(path):
+            for threads in (1, 2):
+                (got,) = eng.run([x], backend="native", num_threads=threads)
+                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
+        distinct += np.unique(ref).size > 8
+    return distinct
+
+
 def _depthwise_cases():
     """(engine, input) pairs aimed at the depthwise kernels: input widths 1..16 (the 8/4/2/1
     column runs) and 37-200 at stride 2 (interior 8-pixel runs), strides 1 and 2, asymmetric
@@ -84,17 +101,7 @@ def test_depthwise_on_every_kernel_path(path):
     """Depthwise convs forced onto each path this CPU has (AVX-512 VNNI: the vpdpbusd column
     runs, strides 1 and 2; AVX2/AVX-VNNI/AVX-512: the int32-lane runs; portable: the padded copy), 1 and 2 threads,
     bit-exact with the reference; a path the CPU lacks is reported as not run."""
-    if path not in supported_isas():
-        pytest.skip(f"not run: this CPU lacks the {path} kernel path (it has {', '.join(supported_isas())})")
-    distinct = 0
-    for eng, x in _depthwise_cases():
-        (ref,) = eng.run([x], backend="reference")
-        with force_isa(path):
-            for threads in (1, 2):
-                (got,) = eng.run([x], backend="native", num_threads=threads)
-                np.testing.assert_array_equal(got, ref, err_msg=f"{eng.name}, {path}, {threads} threads")
-        distinct += np.unique(ref).size > 8
-    assert distinct >= 12  # the outputs are not saturated constants
+    assert _bit_exact_on_path(path, _depthwise_cases()) >= 12  # the outputs are not saturated constants
 
 
 def _stem_cases():
@@ -247,7 +254,7 @@ def test_wide_instructions_only_inside_the_run_time_paths():
     x86-64 code, so it loads and runs on any x86-64 machine (no SIGILL on an older host)."""
     wide = _functions_with_wide_instructions(native.library_path())
     assert any("isa_avx512_vnni" in f for f in wide) and any("isa_avx_vnni" in f for f in wide)  # compiled in
-    outside = sorted(f for f in wide if not re.search(r"\bisa_avx(2|_vnni|512|512_vnni)\b", f))
+    outside = sorted(f for f in wide if not re.search(r"\bisa_(avx2|avx_vnni|avx512|avx512_vnni|amx)\b", f))
     assert outside == []
 
 
@@ -290,7 +297,7 @@ def test_op_libraries_compile_for_a_sapphire_rapids_target():
 
 
 PEAK_INSTRUCTIONS = {"portable": "pmaddwd", "avx2": "vpmaddwd + vpaddd ymm", "avx_vnni": "vpdpbusd ymm",
-                     "avx512": "vpmaddwd + vpaddd zmm", "avx512_vnni": "vpdpbusd zmm"}
+                     "avx512": "vpmaddwd + vpaddd zmm", "avx512_vnni": "vpdpbusd zmm", "amx": "tdpbusd tiles"}
 
 
 @pytest.mark.parametrize("path", ISA_PATHS)
@@ -303,3 +310,43 @@ def test_peak_probe_names_each_paths_multiply_add(path):
         peak = native.peak_gmacs(seconds=0.02, repeats=1)
     assert peak["path"] == path and peak["instruction"].startswith(PEAK_INSTRUCTIONS[path]), peak
     assert 1.0 < peak["gmacs_per_core"] < 10000.0, peak
+
+
+def _gemm_cases():
+    """(engine, input) pairs aimed at the GEMM of 1x1 and KxK convs (on amx the tdpbusd tiles
+    where M >= 16, K >= 128, >= 32 channels; vpdpbusd below): odd channel counts, K off the
+    64-value tile steps (27, 99, 200, 300, 576) and on them (64, 256), strides, asymmetric
+    pads, a dilation, groups, a 1x1 image at batch 20 (a dense layer's shape), int8/uint8
+    activations, row counts off the 16-row tiles, ReLU and the whole int8 range."""
+    rng = np.random.default_rng(31)
+    cases = []
+    # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, groups, x dtype, batch)
+    for i, (cin, kh, kw, s, d, pads, h, w, cout, groups, xdt, n) in enumerate([
+            (64, 1, 1, 1, 1, (0, 0, 0, 0), 7, 7, 96, 1, "uint8", 1),
+            (256, 1, 1, 2, 1, (0, 0, 0, 0), 9, 9, 33, 1, "int8", 2),
+            (33, 3, 3, 1, 1, (1, 1, 1, 1), 8, 11, 47, 1, "int8", 1),
+            (11, 3, 3, 2, 2, (2, 1, 0, 2), 13, 10, 64, 1, "uint8", 2),
+            (64, 3, 3, 1, 1, (1, 1, 1, 1), 6, 6, 70, 2, "int8", 2),
+            (300, 1, 1, 1, 1, (0, 0, 0, 0), 1, 1, 37, 1, "uint8", 20),
+            (200, 1, 1, 1, 1, (0, 0, 0, 0), 5, 5, 130, 1, "int8", 1),
+            (3, 3, 3, 1, 1, (0, 0, 0, 0), 9, 9, 48, 1, "int8", 1)]):
+        oh, ow = (h + pads[0] + pads[1] - d * (kh - 1) - 1) // s + 1, (w + pads[2] + pads[3] - d * (kw - 1) - 1) // s + 1
+        lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
+        x = rng.integers(lo, hi + 1, (n, h, w, cin)).astype(xdt)
+        wq = rng.integers(-128, 128, (kh, kw, cin // groups, cout)).astype(np.int8)
+        real = np.full(cout, 40.0 / (5461.0 * np.sqrt(kh * kw * cin // groups)))  # outputs spread over ~40 codes
+        b = EngineBuilder(f"gemm{i}", n)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.05), b.tensor("y", (n, oh, ow, cout), ("int8", "uint8")[i % 2], 0.1)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, real, rng.integers(-3000, 3000, cout)),
+              strides=(s, s), dilations=(d, d), pads=pads, groups=groups, act_min=0 if i % 3 == 0 else None)
+        b.set_io([tx], [ty])
+        cases.append((b.build(), x))
+    return cases
+
+
+@pytest.mark.parametrize("path", ISA_PATHS)
+def test_gemm_convs_on_every_kernel_path(path):
+    """1x1, KxK, strided, dilated, grouped and dense-shaped convs forced onto each path this
+    CPU has (amx: the tile GEMM), 1 and 2 threads, bit-exact with the reference; a path the
+    CPU lacks is reported as not run."""
+    assert _bit_exact_on_path(path, _gemm_cases()) >= 6  # the outputs are not saturated constants
