@@ -44,6 +44,17 @@ from agraph.pretrained import cosine, package_version, run_batches  # noqa: E402
 
 COSINE_BOUND = 0.98
 
+# measured separately (a probe on three of the evaluation pages, not by this script)
+NOTES = (
+    "Notes: layout_cdla's boxes stay where FP32 puts them (matched IoU above 0.9) but its class "
+    "scores collapse: the quantized model itself (QDQ, run by ONNX Runtime, before any compiling) "
+    "has cosines 0.59-0.71 to FP32 on the four score maps and 0.87-0.95 on the four box maps, and "
+    "its largest scores drop (0.95 -> 0.35 on the coarsest map), so every FP32 detection above 0.5 "
+    "falls below it; ONNX Runtime's int8 model loses most of them too. The loss is quantization of the "
+    "PP-LCNet backbone and head (hard-swish everywhere), not the engines: the cosine of raw tensors would "
+    "not show which detections are lost, the matched-box comparison does."
+)
+
 
 # ---------------------------------------------------------------- compiling with the defaults
 def compile_with_defaults(conv):
@@ -55,9 +66,11 @@ def compile_with_defaults(conv):
     return conv.handler.export_graph(compiled), engines, split_causes(compiled.meta[SPLITS_META])
 
 
-def causes_text(causes) -> str:
-    return "; ".join(f"{op or 'engine->engine'} x{n}: {reason}" if n > 1 else f"{op or 'engine->engine'}: {reason}"
-                     for op, reason, n in causes) or "-"
+def causes_text(causes, most: int = 6) -> str:
+    """The ``most`` most frequent split causes, ``op xN: reason``; then how many more."""
+    text = "; ".join(f"{op or 'engine->engine'} x{n}: {reason}" if n > 1 else f"{op or 'engine->engine'}: {reason}"
+                     for op, reason, n in causes[:most])
+    return (text + (f"; {len(causes) - most} more" if len(causes) > most else "")) or "-"
 
 
 # ---------------------------------------------------------------- TFLite, its defaults
@@ -72,10 +85,11 @@ def tflite_model(make_converter, x_cal) -> bytes:
 
 
 class TFLiteRunner:
-    """A TFLite model run one sample at a time; outputs returned in the order of
-    ``reference_shapes`` (each matched to the TFLite output of the same per-sample shape)."""
+    """A TFLite model run one sample at a time: ``__call__(x)`` -> every TFLite output;
+    :meth:`ordered` -> outputs in the order of ``reference_shapes`` (per-sample shapes, each
+    matched to the TFLite output of that shape)."""
 
-    def __init__(self, content: bytes, reference_shapes) -> None:
+    def __init__(self, content: bytes, reference_shapes=()) -> None:
         import tensorflow as tf
         self.interp = tf.lite.Interpreter(model_content=content)
         self.input = self.interp.get_input_details()[0]
@@ -94,8 +108,10 @@ class TFLiteRunner:
             self.interp.invoke()
             for k, o in enumerate(outs):
                 got[k].append(self.interp.get_tensor(o["index"])[0])
-        got = [np.stack(g).astype(np.float32) for g in got]
-        order, used = [], set()
+        return [np.stack(g).astype(np.float32) for g in got]
+
+    def ordered(self, x: np.ndarray):
+        got, order, used = self(x), [], set()
         for shape in self.shapes:
             k = next(k for k, g in enumerate(got) if k not in used and g.shape[1:] == shape)
             used.add(k)
@@ -104,12 +120,16 @@ class TFLiteRunner:
 
 
 def tflite_cosine(model, graph_def, inputs, outputs, x_cal, x_test, fp32) -> float:
+    """Lowest cosine over the FP32 outputs of TFLite's model, each FP32 output matched to
+    the unused TFLite output of its shape that agrees best."""
     from tune import tflite_source
     content = tflite_model(lambda: tflite_source(model.name, graph_def, inputs, outputs, x_cal.shape[1:]), x_cal)
-    if len({f.shape[1:] for f in fp32}) != len(fp32):   # same shapes: matched by agreement instead
-        raise ValueError("outputs of equal shapes")
-    got = TFLiteRunner(content, [f.shape[1:] for f in fp32])(x_test)
-    return min(cosine(f, g) for f, g in zip(fp32, got))
+    got, used, worst = TFLiteRunner(content)(x_test), set(), 1.0
+    for f in fp32:
+        best, k = max((cosine(f, g), k) for k, g in enumerate(got) if k not in used and g.shape == f.shape)
+        used.add(k)
+        worst = min(worst, best)
+    return worst
 
 
 # ---------------------------------------------------------------- rows
@@ -286,7 +306,7 @@ def face_row() -> dict:
             runners[name] = TFLiteRunner(content, [tuple(s[1:]) for s in keras_model.output_shape]
                                          if isinstance(keras_model.output_shape, list)
                                          else [tuple(keras_model.output_shape[1:])])
-        peer = detectors.face_detections(frames, lambda name, x: runners[name](x))
+        peer = detectors.face_detections(frames, lambda name, x: runners[name].ordered(x))
         row["peer"] = "TFLite " + detection_text(compare_detections(reference, peer))
     return guarded(new_row("mtcnn_pipeline", "detector (MTCNN P/R/O-Net + NMS)", f"mtcnn {package_version('mtcnn')}",
                            "MIT", "scikit-image astronaut/camera/pair, lfw_subset mosaics (faces not in calibration)"),
@@ -353,7 +373,7 @@ def main() -> int:
             "calibration inputs, judged the same way. `engines`: engines of the compiled model; `splits`: "
             "the CPU ops between two engines and why the NPU does not run them (the compiled graph's "
             "`meta[\"engine_splits\"]`).", "",
-            text, "", f"Raw (non-ratelnn) exceptions: {len(raw)}."]))
+            text, "", NOTES, "", f"Raw (non-ratelnn) exceptions: {len(raw)}."]))
         print("wrote the real_models section of docs/benchmarks.md")
     return 1 if raw else 0
 
