@@ -64,3 +64,22 @@ def test_one_engine_means_no_splits(tmp_path):
     compiled = _compiled_ir(lambda y: tf.nn.relu6(y), tmp_path)
     assert sum(n.op == "Engine" for n in compiled.nodes) == 1
     assert compiled.meta[SPLITS_META] == []
+
+
+def test_engine_feeding_engine_directly_is_reported_as_kept_apart():
+    """a -> u (CPU) -> c and a -> c: a and c are two engines (one would be a cycle through u);
+    u is reported between them, and so is the direct edge a -> c."""
+    from ratelnn.compiler.partition import find_regions
+    from ratelnn.compiler.splits import CYCLE_REASON, engine_splits
+    from ratelnn.ir import Graph, Node, TensorInfo
+
+    g = Graph()
+    g.add_input("x", (1, 4))
+    for name, op, ins in [("a", "Relu", ["x"]), ("u", "Opaque", ["a"]), ("c", "Add", ["a", "u"])]:
+        g.add_node(Node(name, op, ins, [name], {"type": "Cumsum"} if op == "Opaque" else {}), [TensorInfo((1, 4))])
+    g.outputs = ["c"]
+    refusals = {"a": None, "u": "why not", "c": None}
+    regions = find_regions(g, lambda graph, n: refusals[n.name] is None)
+    splits = engine_splits(g, regions, refusals, ["e0", "e1"])
+    assert splits == [{"node": "u", "op": "Cumsum", "reason": "why not", "after": ["e0"], "before": ["e1"]},
+                      {"node": None, "op": None, "reason": CYCLE_REASON, "after": ["e0"], "before": ["e1"]}]
