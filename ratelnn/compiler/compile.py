@@ -26,7 +26,8 @@ from ..npu.engine import ACTIVATION_DTYPES, MAX_TENSOR_ELEMENTS, MAX_TOTAL_BYTES
 from .partition import find_regions
 from ..quantization.policy import QuantPlan, make_plan
 from .input_processors import InputProcessor, attach
-from .lower import is_lowerable, lower_region
+from .lower import lower_region, lowering_refusal
+from .splits import SPLITS_META, engine_splits
 
 INPUT_SCALE_FILE = "input_quant_nodes.txt"
 # what a compiler bug on an unforeseen graph raises; turned into a CompileError naming the node
@@ -45,13 +46,27 @@ def _describe(node: Node) -> str:
 def is_npu_supported(graph: Graph, node: Node, plan: QuantPlan) -> bool:
     """A quantized node the NPU runs: lowerable, with per-tensor int8/uint8/int16 QParams on
     every activation input and output."""
-    if not plan.is_quantized(node) or not is_lowerable(graph, node):
-        return False
+    return npu_refusal(graph, node, plan) is None
+
+
+def npu_refusal(graph: Graph, node: Node, plan: QuantPlan) -> Optional[str]:
+    """Why ``node`` stays on the CPU, in words; None when the NPU runs it."""
+    if not plan.is_quantized(node):
+        if node.op == "Opaque":
+            return f"{node.attrs.get('framework')} op {node.attrs.get('type')} has no quantized form (runs in float)"
+        return "not quantized (float in the quantized model)"
+    refusal = lowering_refusal(graph, node)
+    if refusal:
+        return refusal
     for t in [t for t in node.inputs if not graph.is_param(t)] + node.outputs:
         qp = graph.qparams.get(t)
-        if qp is None or qp.per_channel or qp.dtype not in ACTIVATION_DTYPES:
-            return False
-    return True
+        if qp is None:
+            return f"tensor {t!r} has no quantization parameters"
+        if qp.per_channel:
+            return f"tensor {t!r} is quantized per channel"
+        if qp.dtype not in ACTIVATION_DTYPES:
+            return f"tensor {t!r} is {qp.dtype}, not an NPU activation type"
+    return None
 
 
 def _scale_attrs(qp: QParams) -> Dict[str, Any]:
@@ -220,7 +235,8 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     raw_inputs = attach(src, list(processors))
     src.toposort()
     plan = make_plan(src, config)
-    regions = find_regions(src, lambda g, n: is_npu_supported(g, n, plan), merge=not layer_by_layer)
+    refusals = {n.name: npu_refusal(src, n, plan) for n in src.nodes}
+    regions = find_regions(src, lambda g, n: refusals[n.name] is None, merge=not layer_by_layer)
     placement = resolve_device_info(device_info)
     device_id = next(iter(placement))
     core_ids = placement[device_id]
@@ -245,8 +261,8 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
                                    f"{list(node.inputs)} cannot be wired to it: {type(e).__name__}: {e}") from e
     consumers = src.consumer_map()
     model = _safe_name(src.name)
-    for k, region in enumerate(regions):
-        name = f"{model}_{'layer' if layer_by_layer else 'engine'}_{k}"
+    names = [f"{model}_{'layer' if layer_by_layer else 'engine'}_{k}" for k in range(len(regions))]
+    for name, region in zip(names, regions):
         try:
             engine = lower_region(src, region, name, device_id, core_ids)
         except RatelError:
@@ -263,6 +279,8 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
         asm.engine(region, engine, name, device_id, core_ids, readers)
     asm.out.toposort()
     asm.out.prune()
+    if not layer_by_layer:   # why the model has more than one engine (docs/architecture.md §6)
+        asm.out.meta[SPLITS_META] = engine_splits(src, regions, refusals, names)
     if remove_input_quant:
         write_input_scales(asm.out, config)
     return asm.out

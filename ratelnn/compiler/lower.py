@@ -1,7 +1,7 @@
 """Lowering: one NPU region of the quantized IR -> one engine (docs/npu-supported-ops.md).
 
 :func:`is_lowerable` says whether a quantized node has a form the engine instructions
-support; :func:`lower_region` turns a region (``ratelnn.compiler.partition.Region``) of such nodes
+support (:func:`lowering_refusal`: why not, in words); :func:`lower_region` turns a region (``ratelnn.compiler.partition.Region``) of such nodes
 into an :class:`~ratelnn.npu.engine.Engine` with :class:`~ratelnn.npu.engine.EngineBuilder`.
 
 Arithmetic: every instruction computes the real number the quantized (QDQ) model computes
@@ -57,16 +57,28 @@ def _axis(axis: int, rank: int) -> int:
 def is_lowerable(graph: Graph, node: Node) -> bool:
     """True when ``node`` (a quantized node) maps onto engine instructions: a supported op
     with static shapes of rank 1..6, the batch dimension kept, and supported attributes."""
-    if node.op not in LOWERABLE_OPS or len(node.outputs) != 1:
-        return False
+    return lowering_refusal(graph, node) is None
+
+
+def lowering_refusal(graph: Graph, node: Node) -> Optional[str]:
+    """Why ``node`` (a quantized node) has no engine form, in words; None when it has one."""
+    if node.op not in LOWERABLE_OPS:
+        return f"the NPU has no instruction for op {node.op}"
+    if len(node.outputs) != 1:
+        return f"{len(node.outputs)} outputs (an engine instruction writes one)"
     acts, out = _acts(graph, node), node.outputs[0]
-    if not acts or not _rank_ok(graph, acts + [out]):
-        return False
+    if not acts:
+        return "no activation input"
+    if not _rank_ok(graph, acts + [out]):
+        return "a tensor without a static shape of rank 1..6"
     batch = graph.shape(out)[0]
     if any(graph.shape(t)[0] != batch for t in acts):
-        return False
-    check = _CHECKS.get(registry.lowering(node.op))
-    return check(graph, node) if check else len(node.inputs) == 1
+        return "it changes the batch dimension"
+    lowering = registry.lowering(node.op)
+    check = _CHECKS.get(lowering)
+    if check(graph, node) if check else len(node.inputs) == 1:
+        return None
+    return f"attributes or operands the NPU's {lowering} instruction does not take"
 
 
 def _act_ok(graph: Graph, node: Node) -> bool:

@@ -37,7 +37,7 @@ ROOTS = ("ratelnn", "agraph")
 # above the whole SDK.
 LAYERS = [
     ("base", ["ratelnn.errors", "ratelnn.config", "ratelnn.config_forms", "ratelnn.config_ascend", "ratelnn.amct_config", "ratelnn.config_tables", "ratelnn.fileio", "ratelnn._build", "ratelnn.frameworks", "ratelnn.mxnet_compat",
-              "ratelnn.proto", "ratelnn.oplib", "ratelnn.runners", "ratelnn.datasets"]),
+              "ratelnn.proto", "ratelnn.oplib", "ratelnn.runners", "ratelnn.datasets", "ratelnn.metrics"]),
     ("ir", ["ratelnn.ir"]),
     ("calibration, quantization", ["ratelnn.calibration", "ratelnn.quantization"]),
     ("npu", ["ratelnn.npu"]),
