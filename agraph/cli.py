@@ -124,8 +124,8 @@ def cmd_eval(args) -> int:
     _print_table(ModelMetrics.HEADER, [m.row() for m in results])
     if every:
         entries = registry.list_models(args.names)
-        _print_table(imagenet_report.HEADER, imagenet_report.rows(entries, results),
-                     "ImageNet top-1 beside the published figures (docs/agraph.md, 'ImageNet accuracy')")
+        print("\nImageNet top-1 beside the published figures (docs/agraph.md, 'ImageNet accuracy'):\n")
+        print(imagenet_report.markdown(imagenet_report.rows(entries, results)))
     if args.json:
         Path(args.json).write_text(json.dumps([m.to_dict() for m in results], indent=1) + "\n")
     if args.all and not args.no_docs:
