@@ -32,16 +32,18 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def cached_build(workdir, name: str, framework: str, input_shapes, make: Callable[[Path], None]) -> List[Path]:
+def cached_build(workdir, name: str, framework: str, input_shapes, make: Callable[[Path], None],
+                 weights: str = "") -> List[Path]:
     """The model files of ``name`` in ``workdir`` (TF ``<name>.pb``; MXNet
     ``<name>-symbol.json`` + ``<name>-0000.params``): reused when the stamp says they were
-    built for ``input_shapes``, else written by ``make(workdir)`` and stamped."""
+    built for ``input_shapes`` (and ``weights``, a digest of the weights file loaded), else
+    written by ``make(workdir)`` and stamped."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     files = ([workdir / f"{name}.pb"] if framework == "tensorflow"
              else [workdir / f"{name}-symbol.json", workdir / f"{name}-0000.params"])
     stamp = workdir / f"{name}.shapes.json"
-    wanted = json.dumps([list(s) for s in input_shapes])
+    wanted = json.dumps([list(s) for s in input_shapes] + ([weights] if weights else []))
     if all(f.is_file() for f in files) and stamp.is_file() and stamp.read_text() == wanted:
         return files
     stamp.unlink(missing_ok=True)
@@ -84,23 +86,38 @@ def write_mx_checkpoint(model, prefix: Path, output_name: Optional[str] = None) 
 
 
 # ---------------------------------------------------------------- random-weight architectures
-def keras_application(constructor: str, side: int, **kwargs):
+def keras_application(constructor: str, side: int, weights_file: Optional[Path] = None, **kwargs):
     """``keras.applications.<constructor>`` with random weights (seed :data:`SEED`), input
-    ``images`` [N, side, side, 3], 1000 logits (no softmax)."""
+    ``images`` [N, side, side, 3], 1000 logits (no softmax).  ``weights_file`` (a Keras
+    ``.h5`` / ``.weights.h5``) is then loaded into it; Keras is never asked for its own
+    weights (``weights=None``), so nothing is downloaded."""
     import keras
     keras.backend.clear_session()
     keras.utils.set_random_seed(SEED)
     images = keras.Input((side, side, 3), name="images")
-    return getattr(keras.applications, constructor)(weights=None, input_tensor=images,
-                                                    classifier_activation=None, **kwargs)
+    net = getattr(keras.applications, constructor)(weights=None, input_tensor=images,
+                                                   classifier_activation=None, **kwargs)
+    if weights_file is not None:
+        _load(lambda: net.load_weights(str(weights_file)), weights_file, constructor)
+    return net
 
 
-def gluon_model_zoo(mx, name: str, side: int):
+def _load(load: Callable[[], None], weights_file: Path, architecture: str) -> None:
+    from .weights import WeightsError
+    try:
+        load()
+    except Exception as e:  # the frameworks raise many types for a file that does not fit
+        raise WeightsError(f"{weights_file}: does not load into {architecture}: {type(e).__name__}: "
+                           f"{str(e)[:300]}") from None
+
+
+def gluon_model_zoo(mx, name: str, side: int, weights_file: Optional[Path] = None):
     """``mxnet.gluon.model_zoo.vision.get_model(name)`` with random weights as
     ``(symbol, arg_params, aux_params)``; input ``data`` [N, 3, side, side]. Weights are
     Xavier-uniform drawn by numpy (seed :data:`SEED`, parameters in name order; MXNet's own
     initialisers do not repeat across builds in one process), biases and BatchNorm shifts and
-    means 0, scales and variances 1."""
+    means 0, scales and variances 1.  ``weights_file`` (a Gluon ``.params``) is then loaded
+    into them (``pretrained=False``: nothing is downloaded)."""
     from mxnet.gluon.model_zoo import vision
     net = vision.get_model(name, pretrained=False, prefix="zoo_")
     net.initialize(mx.init.Zero(), ctx=mx.cpu())
@@ -118,6 +135,8 @@ def gluon_model_zoo(mx, name: str, side: int):
         else:
             value = np.zeros(shape)
         params[key].set_data(mx.nd.array(value.astype(np.float32)))
+    if weights_file is not None:
+        _load(lambda: net.load_parameters(str(weights_file), ctx=mx.cpu()), weights_file, name)
     sym = net(mx.sym.var("data"))
     arg = {k: v.data() for k, v in params.items() if k in sym.list_arguments()}
     aux = {k: v.data() for k, v in params.items() if k in sym.list_auxiliary_states()}

@@ -1,6 +1,6 @@
 """``python -m agraph`` (docs/agraph.md, "Command line"):
-``list | datasets | prepare KEY.. | eval NAME --stage S | eval --all | build NAME | check FOLDER
-| export ARCHIVE | import ARCHIVE``.  Errors print one line and exit 2; ``check`` exits 1 when
+``list | datasets | prepare KEY.. [--from SRC] | eval NAME --stage S [--weights FILE] | eval --all
+| eval --imagenet | build NAME | check FOLDER | export ARCHIVE | import ARCHIVE``.  Errors print one line and exit 2; ``check`` exits 1 when
 a rule is broken."""
 from __future__ import annotations
 
@@ -59,12 +59,17 @@ def cmd_datasets(args) -> int:
 def cmd_prepare(args) -> int:
     from . import datasets
 
+    from .imagenet import KEY as IMAGENET
+
     keys = sorted(datasets.DATASETS) if args.all else args.keys
     if not keys:
         raise SystemExit("prepare: name datasets or pass --all")
     for key in keys:
+        if key == IMAGENET and args.all and args.source is None:
+            print(f"{key}: skipped, built from your copy: python -m agraph prepare {key} --from DIR_OR_TAR")
+            continue
         start = time.perf_counter()
-        path = datasets.prepare(key)
+        path = datasets.prepare(key, source=args.source if key == IMAGENET else None, labels=args.labels)
         print(f"{key}: {path} ({path.stat().st_size} bytes, sha256 {datasets.sha256_file(path)[:16]}..., "
               f"{time.perf_counter() - start:.1f} s)")
     return 0
@@ -74,13 +79,32 @@ def _stage_options(args) -> dict:
     return {"calibration_samples": args.calibration_samples, "batch_size": args.batch_size}
 
 
-def cmd_eval(args) -> int:
-    from . import flow, registry
+def _use_weights(args, names: Sequence[str]) -> None:
+    """``--weights FILE``: the one named ImageNet-architecture model loads it."""
+    from . import registry, weights
 
-    stages = args.stage.split(",") if args.stage else (["fp32", "quant", "npu"] if args.all else ["fp32"])
-    names = [e.name for e in registry.list_models()] if args.all else args.names
+    if len(names) != 1:
+        raise SystemExit("eval: --weights FILE needs exactly one model name")
+    e = registry.entry(names[0])
+    if getattr(e.model, "IMAGENET", None) is None:
+        raise SystemExit(f"eval: {e.name} is not an ImageNet architecture; --weights applies to "
+                         f"the models `python -m agraph eval --imagenet` lists")
+    weights.use(e.name, args.weights, e.framework)
+
+
+def cmd_eval(args) -> int:
+    from . import flow, imagenet_report, registry
+
+    every = args.all or args.imagenet
+    stages = args.stage.split(",") if args.stage else (["fp32", "quant", "npu"] if every else ["fp32"])
+    names = args.names or ([e.name for e in registry.list_models()] if every else [])
     if not names:
-        raise SystemExit("eval: name models or pass --all")
+        raise SystemExit("eval: name models or pass --all / --imagenet")
+    if args.weights:
+        _use_weights(args, names)
+    if args.imagenet:  # ImageNet architectures; random-weight ones are listed, not run
+        entries = imagenet_report.imagenet_entries(registry.list_models(names))
+        names = [e.name for e in entries if e.weights == "imagenet"]
     results, failures = [], {}
     for name in names:
         for stage in stages:
@@ -88,7 +112,7 @@ def cmd_eval(args) -> int:
                 m = flow.evaluate(name, stage, limit=args.limit, size=args.size, progress=not args.quiet,
                                   **_stage_options(args))
             except RatelError as e:
-                if not args.all:
+                if not every:
                     raise
                 failures[name] = f"{type(e).__name__}: {e}"
                 print(f"{name} {stage}: {failures[name]}", file=sys.stderr)
@@ -98,6 +122,10 @@ def cmd_eval(args) -> int:
     from .metrics import ModelMetrics
 
     _print_table(ModelMetrics.HEADER, [m.row() for m in results])
+    if every:
+        entries = registry.list_models(args.names)
+        print("\nImageNet top-1 beside the published figures (docs/agraph.md, 'ImageNet accuracy'):\n")
+        print(imagenet_report.markdown(imagenet_report.rows(entries, results)))
     if args.json:
         Path(args.json).write_text(json.dumps([m.to_dict() for m in results], indent=1) + "\n")
     if args.all and not args.no_docs:
@@ -214,6 +242,9 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("prepare", help="build dataset archives from what exists offline")
     s.add_argument("keys", nargs="*")
     s.add_argument("--all", action="store_true")
+    s.add_argument("--from", dest="source", help="imagenet: your copy of the validation images (folder or tar)")
+    s.add_argument("--labels", help="imagenet: the label file of flat images (devkit ground truth, "
+                                    "'filename label' text, LOC_val_solution.csv)")
     s.set_defaults(func=cmd_prepare)
 
     def stage_flags(s):
@@ -225,6 +256,9 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", help="evaluate models at stages fp32/quant/npu")
     s.add_argument("names", nargs="*")
     s.add_argument("--all", action="store_true", help="every model, every stage; rewrites the docs table")
+    s.add_argument("--imagenet", action="store_true",
+                   help="the ImageNet architectures with pretrained weights, every stage, beside the published top-1")
+    s.add_argument("--weights", help="the pretrained weights file of the one model named (Keras .h5, Gluon .params)")
     s.add_argument("--stage", help="fp32, quant, npu or a comma list (default fp32; all with --all)")
     s.add_argument("--limit", type=int, help="first N samples of each dataset")
     s.add_argument("--json", help="write the ModelMetrics list here")

@@ -24,7 +24,7 @@ import numpy as np
 
 from ratelnn.fileio import write_atomic
 
-from . import paths
+from . import imagenet, paths
 from .errors import DatasetError, RegistryError
 
 TUTORIAL = "docs/agraph-datasets.md"
@@ -55,9 +55,10 @@ class Dataset:
     different shapes), ``labels`` (int array or None), ``len()``, :meth:`batches`."""
 
     def __init__(self, spec: DatasetSpec, path: Path, samples: np.ndarray,
-                 labels: Optional[np.ndarray]) -> None:
+                 labels: Optional[np.ndarray], calibration: Optional["Dataset"] = None) -> None:
         self.spec, self.path, self.samples, self.labels = spec, path, samples, labels
         self.key = spec.key
+        self.calibration = calibration
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -72,6 +73,12 @@ class Dataset:
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)
             yield self.samples[start:stop], None if self.labels is None else self.labels[start:stop]
+
+    def calibration_batches(self, batch_size: int = 32, limit: Optional[int] = None
+                            ) -> Iterator[Tuple[np.ndarray, Optional[np.ndarray]]]:
+        """:meth:`batches` of the samples held out for calibration when the archive has them
+        (evaluation never sees those), else of the dataset's first samples."""
+        return (self.calibration or self).batches(batch_size, limit)
 
     def num_batches(self, batch_size: int = 32, limit: Optional[int] = None) -> int:
         n = len(self) if limit is None else min(int(limit), len(self))
@@ -172,6 +179,10 @@ for _spec in (
                 "6029efad1beafbf49285baddc1186ee9ed4cd370da906f5b01db4f7ca184e190",
                 "scikit-image lfw_subset: 100 faces + 100 non-faces, 25x25 grey, labels 1/0",
                 "lfw_face_nonface", _lfw_face_nonface),
+    DatasetSpec(imagenet.KEY, imagenet.ARCHIVE, None,
+                "ImageNet (ILSVRC2012) validation images from the user's copy, 1000 classes "
+                "(sorted-synset order); 2 % held out for calibration",
+                "imagenet"),
     DatasetSpec("sample_photos", "sample_photos.tar",
                 "1b5d5a48f70a08c691c08641ba7c06681ecaa3ea881b9757d8ba18411d741b0d",
                 "scikit-image sample photos, 15 uint8 RGB images at their own sizes, unlabelled",
@@ -187,6 +198,11 @@ def spec(key: str) -> DatasetSpec:
     except KeyError:
         raise RegistryError(f"unknown dataset {key!r}; registered: {', '.join(sorted(DATASETS))} "
                             f"(a model folder registers its own in dataset.json, docs/agraph.md)") from None
+
+
+def prepare_command(key: str) -> str:
+    """The command that builds the archive of ``key``."""
+    return f"python -m agraph prepare {key}" + (" --from DIR_OR_TAR" if key == imagenet.KEY else "")
 
 
 def archive_path(key: str, data_dir: Optional[os.PathLike] = None) -> Path:
@@ -242,10 +258,18 @@ def pack(key: str, samples: np.ndarray, labels: Optional[np.ndarray], path: os.P
     return path
 
 
-def prepare(key: str, data_dir: Optional[os.PathLike] = None) -> Path:
+def prepare(key: str, data_dir: Optional[os.PathLike] = None, source: Optional[os.PathLike] = None,
+            labels: Optional[os.PathLike] = None) -> Path:
     """Build the archive of ``key`` under the data root from what exists offline (the
-    tutorial step of the dataset), verify its checksum, and return its path."""
+    tutorial step of the dataset), verify its checksum, and return its path.  ``imagenet``
+    is built from the user's copy at ``source`` (folder or tar; ``labels``: its label file
+    when the images are not in synset folders, :mod:`agraph.imagenet`)."""
     s = spec(key)
+    if key == imagenet.KEY:
+        if source is None:
+            raise DatasetError(f"dataset {key!r} is built from your copy of the ImageNet validation images: "
+                               f"`python -m agraph prepare {key} --from DIR_OR_TAR` ({s.tutorial()})")
+        return imagenet.prepare(Path(source), archive_path(key, data_dir), labels)
     if s.builder is None:
         raise DatasetError(f"dataset {key!r} has no builder: pack it by hand as {s.tutorial()} says")
     samples, labels = s.builder()
@@ -291,7 +315,7 @@ def get(key: str, data_dir: Optional[os.PathLike] = None) -> Dataset:
     path = archive_path(key, data_dir)
     if not path.is_file():
         raise DatasetError(f"dataset {key!r}: {path} is missing; make it with "
-                           f"`python -m agraph prepare {key}` ({s.tutorial()}), or point "
+                           f"`{prepare_command(key)}` ({s.tutorial()}), or point "
                            f"AGRAPH_DATA_DIR at the folder that holds it")
     stat = path.stat()
     cache_key = (key, str(path.resolve()), stat.st_size, stat.st_mtime_ns)
@@ -302,7 +326,7 @@ def get(key: str, data_dir: Optional[os.PathLike] = None) -> Dataset:
         if digest != s.sha256:
             raise DatasetError(f"dataset {key!r}: {path} has sha256 {digest}, expected {s.sha256} "
                                f"(corrupt or from another source); rebuild it with "
-                               f"`python -m agraph prepare {key}` ({s.tutorial()})")
+                               f"`{prepare_command(key)}` ({s.tutorial()})")
     try:
         with tarfile.open(path) as tar:
             dataset = _load_members(tar, s, path)
@@ -326,6 +350,8 @@ def _load_members(tar: tarfile.TarFile, s: DatasetSpec, path: Path) -> Dataset:
     if meta.get("format") != FORMAT or meta.get("key") != s.key:
         raise DatasetError(f"{path}: {meta_name} has format {meta.get('format')!r} key {meta.get('key')!r}, "
                            f"expected format {FORMAT} key {s.key!r} ({s.tutorial()})")
+    if kind == "jpeg":
+        return _jpeg_dataset(tar, meta, count, s, path)
     if kind == "array":
         samples = _read_npy(tar, f"{s.key}/samples.npy", path, s)
     elif kind == "list":
@@ -339,6 +365,37 @@ def _load_members(tar: tarfile.TarFile, s: DatasetSpec, path: Path) -> Dataset:
                            f"{len(samples)} samples and {None if labels is None else len(labels)} labels "
                            f"({s.tutorial()})")
     return Dataset(s, path, samples, labels)
+
+
+def _jpeg_dataset(tar: tarfile.TarFile, meta: dict, count: int, s: DatasetSpec, path: Path) -> Dataset:
+    """A dataset of JPEG members (the ImageNet archive, :mod:`agraph.imagenet`): decoded when
+    read; the last ``meta["calibration"]`` samples form ``dataset.calibration``."""
+    if path.name.endswith(".tgz"):
+        raise DatasetError(f"{path}: JPEG samples need a plain .tar, not a .tgz ({s.tutorial()})")
+    try:
+        held, names, digests = int(meta["calibration"]), list(meta["files"]), list(meta["sha256"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise DatasetError(f"{path}: {s.key}/meta.json lacks {e} of a JPEG archive ({s.tutorial()})") from None
+    members = {m.name: m for m in tar.getmembers()}
+    spans = []
+    for i in range(count + held):
+        member = members.get(imagenet.member_name(i))
+        if member is None:
+            raise DatasetError(f"{path}: wrong layout, member {imagenet.member_name(i)!r} is missing ({s.tutorial()})")
+        spans.append((member.offset_data, member.size))
+    labels = _read_npy(tar, f"{s.key}/labels.npy", path, s)
+    if len(names) != count + held or len(digests) != count + held or len(labels) != count + held:
+        raise DatasetError(f"{path}: wrong layout, meta.json lists {len(names)} files and {len(digests)} checksums, "
+                           f"labels.npy {len(labels)} labels for {count} + {held} samples ({s.tutorial()})")
+    labels_digest = hashlib.sha256(_npy_bytes(labels)).hexdigest()
+    if labels_digest != meta.get("labels_sha256"):
+        raise DatasetError(f"{path}: member {s.key}/labels.npy does not match its sha256 in meta.json "
+                           f"(corrupt) ({s.tutorial()})")
+
+    def part(lo: int, hi: int, calibration: Optional[Dataset] = None) -> Dataset:
+        samples = imagenet.JpegSamples(path, spans[lo:hi], digests[lo:hi], names[lo:hi])
+        return Dataset(s, path, samples, labels[lo:hi], calibration)
+    return part(0, count, part(count, count + held) if held else None)
 
 
 def check_all(keys: Sequence[str] = (), data_dir: Optional[os.PathLike] = None) -> Dict[str, str]:

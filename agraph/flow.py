@@ -161,11 +161,12 @@ def preprocess_for(entry: registry.ModelEntry, size: str = "full"):
 
 
 def calibration_data(entry: registry.ModelEntry, samples: int, batch_size: int, size: str = "full"):
-    """Preprocessed inputs of the first ``samples`` samples of the model's dataset: an array
-    (one input) or a dict input name -> array."""
+    """Preprocessed inputs of the first ``samples`` calibration samples of the model's dataset
+    (its held-out calibration part when it has one, else its first samples): an array (one
+    input) or a dict input name -> array."""
     dataset = datasets.get(entry.dataset)
     preprocess = preprocess_for(entry, size)
-    chunks = [_as_list(preprocess(x)) for x, _ in dataset.batches(batch_size, samples)]
+    chunks = [_as_list(preprocess(x)) for x, _ in dataset.calibration_batches(batch_size, samples)]
     arrays = [np.concatenate([c[i] for c in chunks]) for i in range(len(entry.inputs))]
     return arrays[0] if len(arrays) == 1 else dict(zip(entry.inputs, arrays))
 

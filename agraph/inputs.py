@@ -59,3 +59,42 @@ def fer_input(samples: np.ndarray, framework: str, side: int = 64) -> np.ndarray
 def photo_input(samples: Iterable[np.ndarray], side: int, framework: str) -> np.ndarray:
     """``sample_photos`` samples -> [N, side, side, 3] (MXNet NCHW) in [-1, 1]."""
     return to_framework(photo_pixels(samples, side) / 127.5 - 1.0, framework)
+
+
+# ImageNet: the input scaling each set of pretrained weights was trained with, as
+# (channel order, scale, shift): input = pixels[..., order] * scale + shift, pixels RGB in [0, 255].
+_MEAN, _STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+IMAGENET_PIXELS = {
+    "tf": ((0, 1, 2), np.full(3, 1 / 127.5), np.full(3, -1.0)),            # Keras MobileNets: [-1, 1]
+    "caffe": ((2, 1, 0), np.ones(3), -np.array([103.939, 116.779, 123.68])),  # Keras ResNet50: BGR - mean
+    "torch": ((0, 1, 2), 1 / (255 * _STD), -_MEAN / _STD),                  # Keras DenseNet, Gluon
+    # Keras EfficientNet normalizes inside; built with weights=None it lacks the extra
+    # 1/sqrt(std) rescaling its "imagenet" build adds after that: applied to the pixels instead
+    "efficientnet": ((0, 1, 2), 1 / np.sqrt(_STD), 255 * _MEAN * (1 - 1 / np.sqrt(_STD))),
+}
+CROP_FRACTION = 224 / 256   # resize the shorter side to side / 0.875, central side x side crop
+
+
+def imagenet_pixels(samples: Iterable[np.ndarray], side: int) -> np.ndarray:
+    """Decoded ImageNet images (uint8 RGB HWC, any size) -> float32 [N, side, side, 3] in
+    [0, 255]: shorter side resized (bilinear) to ``round(side / 0.875)``, central crop."""
+    from PIL import Image
+    out = []
+    for image in samples:
+        image = _uint8(image)
+        image = np.repeat(image[..., None], 3, axis=-1) if image.ndim == 2 else image[..., :3]
+        h, w = image.shape[:2]
+        short = int(round(side / CROP_FRACTION))
+        size = (short, max(side, int(round(h * short / w)))) if w <= h else (max(side, int(round(w * short / h))), short)
+        resized = np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize(size, Image.BILINEAR), np.float32)
+        top, left = (resized.shape[0] - side) // 2, (resized.shape[1] - side) // 2
+        out.append(resized[top:top + side, left:left + side])
+    return np.stack(out)
+
+
+def imagenet_input(samples: Iterable[np.ndarray], side: int, framework: str, pixels: str) -> np.ndarray:
+    """Decoded ImageNet images -> the input of weights trained with ``pixels`` scaling
+    (:data:`IMAGENET_PIXELS`), [N, side, side, 3] (MXNet NCHW) float32."""
+    order, scale, shift = IMAGENET_PIXELS[pixels]
+    x = imagenet_pixels(samples, side)[..., list(order)] * scale + shift
+    return to_framework(x, framework)

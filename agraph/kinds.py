@@ -6,10 +6,12 @@ and ``shipped`` that it calls: a change here rebuilds the zoo.
 
 Kinds:
 
-- random-weight architectures on sample_photos (``keras_application``, ``gluon_model_zoo``,
-  ``photo_input``, ``photo_agreement``).  RANDOM WEIGHTS (fixed seed 0,
-  ``agraph.builders.SEED``): no pretrained weights are fetched, so accuracy means nothing;
-  the metric is agreement with the FP32 model on scikit-image's sample photos (central square
+- ImageNet architectures (``keras_application``, ``gluon_model_zoo``, ``imagenet_input``,
+  ``imagenet_evaluate``): with a pretrained weights file (``agraph.weights``: the user's or
+  the framework's cache, never downloaded) ``WEIGHTS = "imagenet"`` and the metric is top-1
+  on the ImageNet validation archive.  Without one, RANDOM WEIGHTS (fixed seed 0,
+  ``agraph.builders.SEED``): accuracy means nothing; the metric is agreement with the FP32
+  model on scikit-image's sample photos (``photo_input``, ``photo_agreement``: central square
   crop resized, RGB scaled to [-1, 1]): top-1 agreement and mean cosine of the 1000 logits.
 - shipped nets at a fixed size (``shipped_keras``, ``shipped_mx``): the MTCNN stages
   (``mtcnn_face_accuracy``) and fer's emotion net (``fer_agreement``).
@@ -18,41 +20,93 @@ Kinds:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import numpy as np
 
 from ratelnn.ir import registry
 
-from . import builders, inputs
+from . import builders, imagenet, inputs, weights
 from .metrics import ModelMetrics, collect, mean_cosine, top1_accuracy, top1_agreement
 
 
 # -- random-weight architectures on sample_photos ------------------------------------------
 
-def keras_application(workdir, name: str, outputs, architecture: str, shapes, **kwargs) -> List[Path]:
+def keras_application(workdir, name: str, outputs, architecture: str, shapes,
+                      weights_file: Optional[Path] = None, **kwargs) -> List[Path]:
     """Write ``keras.applications.<architecture>`` (``kwargs`` to its constructor) with random
-    weights, frozen, as ``<name>.pb`` into ``workdir`` at ``shapes`` (reused when already there
-    for those shapes)."""
+    weights, or those of ``weights_file``, frozen, as ``<name>.pb`` into ``workdir`` at
+    ``shapes`` (reused when already there for those shapes and weights)."""
     side = builders.side_of(shapes, "tensorflow")
 
     def make(folder: Path) -> None:
-        net = builders.keras_application(architecture, side, **kwargs)
+        net = builders.keras_application(architecture, side, weights_file, **kwargs)
         builders.write_frozen_keras(net, (side, side, 3), folder / f"{name}.pb", outputs)
-    return builders.cached_build(workdir, name, "tensorflow", shapes, make)
+    return builders.cached_build(workdir, name, "tensorflow", shapes, make, _stamp(weights_file))
 
 
-def gluon_model_zoo(workdir, name: str, architecture: str, shapes) -> List[Path]:
-    """Write the Gluon model zoo's ``architecture`` with random weights as
-    ``<name>-symbol.json / -0000.params`` (output ``logits``) into ``workdir`` at ``shapes``
-    (reused when already there for those shapes)."""
+def gluon_model_zoo(workdir, name: str, architecture: str, shapes,
+                    weights_file: Optional[Path] = None) -> List[Path]:
+    """Write the Gluon model zoo's ``architecture`` with random weights, or those of
+    ``weights_file``, as ``<name>-symbol.json / -0000.params`` (output ``logits``) into
+    ``workdir`` at ``shapes`` (reused when already there for those shapes and weights)."""
     side = builders.side_of(shapes, "mxnet")
 
     def make(folder: Path) -> None:
         from ratelnn.mxnet_compat import import_mxnet
-        net = builders.gluon_model_zoo(import_mxnet(), architecture, side)
+        net = builders.gluon_model_zoo(import_mxnet(), architecture, side, weights_file)
         builders.write_mx_checkpoint(net, folder / name, "logits")
-    return builders.cached_build(workdir, name, "mxnet", shapes, make)
+    return builders.cached_build(workdir, name, "mxnet", shapes, make, _stamp(weights_file))
+
+
+def _stamp(weights_file: Optional[Path]) -> str:
+    return "" if weights_file is None else weights.digest(weights_file)
+
+
+# -- ImageNet architectures: pretrained weights when found, random otherwise ---------------
+
+def imagenet_weights_file(name: str, spec: weights.ImageNetWeights) -> Optional[Path]:
+    """The pretrained weights file model ``name`` loads (checked), or None (random weights)."""
+    found = weights.find(name, spec)
+    return None if found is None else weights.checked(name, spec, found)
+
+
+def imagenet_attribute(name: str, spec: weights.ImageNetWeights, attribute: str):
+    """A model.py's names that follow the weights found (its module ``__getattr__``):
+    ``WEIGHTS`` ("imagenet" | "random"), ``DATASET`` ("imagenet" | "sample_photos") and
+    ``WEIGHTS_FILE`` (Path or None)."""
+    found = weights.find(name, spec)
+    if attribute == "WEIGHTS_FILE":
+        return found
+    if attribute == "WEIGHTS":
+        return "random" if found is None else "imagenet"
+    if attribute == "DATASET":
+        return "sample_photos" if found is None else imagenet.KEY
+    raise AttributeError(f"model {name!r} has no attribute {attribute!r}")
+
+
+def imagenet_input(name: str, spec: weights.ImageNetWeights, samples, shapes) -> np.ndarray:
+    """Images -> the model input at ``shapes``: with pretrained weights the ImageNet
+    preprocessing of ``spec.pixels``, with random ones sample_photos' [-1, 1] crop."""
+    side = builders.side_of(shapes, spec.framework)
+    if weights.find(name, spec) is None:
+        return inputs.photo_input(samples, side, spec.framework)
+    return inputs.imagenet_input(samples, side, spec.framework, spec.pixels)
+
+
+def imagenet_evaluate(model, shapes, run, dataset, stage, *, limit=None, batch_size=32,
+                      reference=None) -> ModelMetrics:
+    """On the ImageNet archive: ``top1`` against its labels (and ``fp32_agreement`` with
+    ``reference``); on sample_photos (random weights): :func:`photo_agreement`."""
+    if dataset.key != imagenet.KEY:
+        return photo_agreement(model, shapes, run, dataset, stage, limit=limit, batch_size=batch_size,
+                               reference=reference)
+    logits, labels, ref = collect(run, dataset, lambda s: model.preprocess(s, shapes), limit=limit,
+                                  batch_size=batch_size, reference=reference)
+    metrics = {"top1": top1_accuracy(logits, labels)}
+    if ref is not None:
+        metrics["fp32_agreement"] = top1_agreement(logits, ref)
+    return ModelMetrics(model.NAME, dataset.key, stage, metrics, samples=len(logits))
 
 
 def photo_input(samples, shapes, framework: str) -> np.ndarray:

@@ -15,15 +15,15 @@ import types
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import datasets, paths
+from . import datasets, paths, weights
 from .errors import RegistryError
 
 ZOO_DIR = Path(__file__).resolve().parent / "models"
 # the code the model folders share: part of every folder's source_hash
 SHARED_SOURCES = tuple(Path(__file__).resolve().parent / f for f in ("kinds.py", "builders.py", "inputs.py",
-                                                                      "shipped.py"))
+                                                                      "shipped.py", "weights.py"))
 FRAMEWORKS = ("tensorflow", "mxnet")
-WEIGHT_SOURCES = ("trained", "shipped", "random")
+WEIGHT_SOURCES = ("trained", "shipped", "imagenet", "random")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 MIN_NAME_LENGTH = 6
 # names that say nothing about the model (docs/agraph.md, rule 1)
@@ -59,12 +59,19 @@ class ModelEntry:
         shapes = self.model.TEST_INPUT_SHAPES if size == "test" else None
         return [list(s) for s in (shapes or self.model.INPUT_SHAPES)]
 
+    @property
+    def weights_file(self) -> Optional[Path]:
+        """The pretrained weights file the model loads (``WEIGHTS_FILE``), or None."""
+        return getattr(self.model, "WEIGHTS_FILE", None)
+
     def source_hash(self) -> str:
-        """sha256 of the folder's ``*.py`` and ``*.json`` files (names and bytes) and of
-        the code the folders share (:data:`SHARED_SOURCES`: ``agraph/kinds.py``,
-        ``builders.py``, ``inputs.py``, ``shipped.py``): the store key of everything built
-        from this folder."""
+        """sha256 of the folder's ``*.py`` and ``*.json`` files (names and bytes), of the
+        code the folders share (:data:`SHARED_SOURCES`: ``agraph/kinds.py``,
+        ``builders.py``, ``inputs.py``, ``shipped.py``, ``weights.py``) and of the weights
+        file it loads: the store key of everything built from this folder."""
         h = hashlib.sha256()
+        if self.weights_file is not None:
+            h.update(b"weights\0" + weights.digest(self.weights_file).encode() + b"\0")
         for f in sorted(self.folder.iterdir()):
             if f.is_file() and f.suffix in (".py", ".json"):
                 h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")

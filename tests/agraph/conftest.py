@@ -1,7 +1,8 @@
 """AGraph test environment: a session-wide ``AGRAPH_HOME`` in a temporary folder, the
 datasets the trained models use prepared into a temporary ``AGRAPH_DATA_DIR``, and the
 trained weights cached under the pytest cache (``ratelnn-models``, shared with the suite's
-Fashion-MNIST fixtures: same builders, same keys), so reruns skip training."""
+Fashion-MNIST fixtures: same builders, same keys), so reruns skip training; the Keras and
+Gluon weight caches are empty folders."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
 PREPARED = ("fashion_mnist", "digits")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def empty_framework_caches(tmp_path_factory):
+    """Empty Keras and Gluon model caches: pretrained ImageNet weights a machine holds in
+    ~/.keras or ~/.mxnet must not turn the random-weight architectures into ``imagenet``."""
+    with pytest.MonkeyPatch.context() as mp:
+        for variable in ("KERAS_HOME", "MXNET_HOME"):
+            mp.setenv(variable, str(tmp_path_factory.mktemp(variable.lower())))
+        yield
 
 
 @pytest.fixture(scope="session")
