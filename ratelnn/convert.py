@@ -77,7 +77,53 @@ class ConvertImpl:
         from .calibration.stats import load_statistics
         check_owner(self.config["output_dir"], self.graph.name, self.fingerprint,
                     self.config["merge_statistics"])
-        return self.quantize(load_statistics(self.config["output_dir"]))
+        stats = load_statistics(self.config["output_dir"])
+        if not self.config["accuracy_auto"]:
+            return self.quantize(stats)
+        return self._auto_quantized(stats)
+
+    def _auto_quantized(self, stats: Mapping[str, Any]) -> Graph:
+        """The default build (config ``accuracy_auto``, docs/quantization.md "Automatic
+        defaults"): checked on the held-out part of the calibration sample, remedied where it
+        loses too much; decided once per statistics, sample and config (the line printed
+        once), then rebuilt from the decision's keys.  The decision: ``self.accuracy_auto``
+        and the IR's ``meta["accuracy_auto"]``."""
+        from .tune.auto import auto_quantize, report
+        key = self._auto_key()
+        if getattr(self, "_auto_cache", (None,))[0] != key:
+            qgraph, decision = auto_quantize(self, stats)
+            report(self, decision)
+            self._auto_cache = (key, decision)
+        else:
+            from .tune.auto import with_settings
+            decision = self._auto_cache[1]
+            qgraph = with_settings(self, decision.settings).quantize(stats)
+        self.accuracy_auto = decision
+        qgraph.meta["accuracy_auto"] = decision.to_dict()
+        return qgraph
+
+    def _auto_key(self) -> str:
+        """What an automatic decision depends on: the config and the statistics and sample files."""
+        import json
+        import os
+        from .calibration.sample import sample_path
+        from .calibration.stats import statistics_dir
+        files = [sample_path(self.config["output_dir"], self.fingerprint)]
+        folder = statistics_dir(self.config["output_dir"])
+        if folder.is_dir():
+            files += sorted(folder.iterdir())
+        marks = [(str(f), os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files if os.path.isfile(f)]
+        return json.dumps([self.config, marks], sort_keys=True, default=str)
+
+    @property
+    def built_config(self) -> Dict[str, Any]:
+        """The config that rebuilds the last default build without the automatic step: this
+        converter's with the automatic decision's keys and ``accuracy_auto`` off (the config
+        itself when no automatic build ran or it kept the plain build)."""
+        decision = getattr(self, "accuracy_auto", None)
+        if decision is None or not decision.settings:
+            return dict(self.config)
+        return dict(self.config, **decision.settings, accuracy_auto=False)
 
     def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the

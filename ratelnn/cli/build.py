@@ -206,7 +206,7 @@ def build(args) -> int:
         else:
             models[form] = getattr(conv, f"to_{form}")()
     name = conv.graph.name
-    files = {f"{name}_effective_config.json": effective_config(conv.config)}  # docs/cli.md
+    files = {f"{name}_effective_config.json": effective_config(conv.built_config)}  # docs/cli.md
     report = None
     if analysis:
         # --analyze: against the compiled model when it is built; precision_analysis alone:

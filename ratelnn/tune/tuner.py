@@ -9,6 +9,8 @@ from ..config import ConfigError
 from ..errors import RatelError
 from .borders import stage_borders
 from .budget import stage_budget
+from .families import PLAIN
+from .holdout import gap_warning
 from .layers import stage_layers
 from .methods import stage_auto_int16, stage_methods
 from .passes import LATE_PASSES, PASSES, stage_passes
@@ -81,13 +83,15 @@ class Tuner:
             feasible = [p for p in run if search.feasible(p)] or run
             chosen = max(feasible, key=lambda p: (p.metric, -p.latency_s))
         _, out = search.families.family(chosen.settings)
-        config = dict(chosen.settings, output_dir=out)
+        config = dict(chosen.settings, output_dir=out, **PLAIN)
         if not chosen.settings["layer_configs"]:
             config["layer_configs"] = []
+        held, held_fp32 = search.judge_held_out(chosen)
+        warning = gap_warning("tune", chosen.metric, held, len(search.tuning), len(search.held or ()))
         return TuneResult(config, chosen.metric, chosen.latency_s, search.baseline.latency_s, search.target,
                           search.ratio, bool(meeting), pareto_front(search.history), list(search.history),
-                          search.fp32_metric, stopped, chosen)
-
+                          search.fp32_metric, stopped, chosen, held, held_fp32, len(search.tuning),
+                          len(search.held or ()), warning)
 
 def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
          max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
