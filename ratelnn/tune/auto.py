@@ -19,22 +19,19 @@ Below it, in order of cost, each step kept when it raises that figure by more th
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off; it is printed in one line, kept in the quantized IR's
-``meta["accuracy_auto"]`` (so the compiled IR's) and written to
-``<output_dir>/accuracy_auto.json``.
+``meta["accuracy_auto"]`` (so the compiled IR's) and in ``ConvertImpl.built_config``.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-import os
 import sys
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..config import normalize
 from ..errors import RatelError
-from ..fileio import write_atomic
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError
 from ..quantization.accuracy import output_cosine, split_sample
@@ -45,7 +42,6 @@ from .pricing import price
 from .search import MIN_GAIN
 
 AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own method
-DECISION_FILE = "accuracy_auto.json"
 LOG = logging.getLogger("ratelnn.accuracy_auto")
 
 
@@ -127,7 +123,9 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
                                     f"not checked: {str(e).splitlines()[0][:150]}")
     if before >= bound:
         return qgraph, AutoDecision(before, before, {}, 1.0, n_held, bound, "plain build kept")
-    return _Remedies(conv, stats, fit, held, reference, bound).run(qgraph, before, n_held)
+    with warnings.catch_warnings():   # every method on every tensor: no warning per try
+        warnings.simplefilter("ignore")
+        return _Remedies(conv, stats, fit, held, reference, bound).run(qgraph, before, n_held)
 
 
 class _Remedies:
@@ -152,10 +150,8 @@ class _Remedies:
         cannot be built."""
         other = with_settings(self.conv, settings)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                q = other.quantize(self.stats)
-                return output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0], q
+            q = other.quantize(self.stats)
+            return output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0], q
         except RatelError:
             return None, None
 
@@ -216,11 +212,8 @@ class _Remedies:
         return found, "bound met" if found[0] >= self.bound else f"bound {self.bound:g} not met"
 
 
-def report(conv, decision: AutoDecision) -> None:
-    """Print and log ``decision``'s line once and write it to ``<output_dir>/accuracy_auto.json``."""
+def report(decision: AutoDecision) -> None:
+    """Print (stderr) and log ``decision``'s line."""
     line = decision.line()
     LOG.info(line)
     print(line, file=sys.stderr, flush=True)
-    out = conv.config["output_dir"]
-    os.makedirs(out, exist_ok=True)
-    write_atomic(os.path.join(out, DECISION_FILE), json.dumps(decision.to_dict(), indent=1).encode())

@@ -50,10 +50,11 @@ class Part:
         return len(self.rows)
 
 
-def split_data(data: Any, samples: Dict[str, np.ndarray]) -> Tuple[Part, Optional[Part]]:
-    """(tuning part, held-out part or None) of ``data``, whose samples in order are ``samples``."""
+def split_data(data: Any, samples: Dict[str, np.ndarray], hold_out: bool = True) -> Tuple[Part, Optional[Part]]:
+    """(tuning part, held-out part or None) of ``data``, whose samples in order are
+    ``samples``; ``hold_out`` False: all of it is the tuning part."""
     n = min(len(v) for v in samples.values())
-    tuning, held = split_rows(n)
+    tuning, held = split_rows(n) if hold_out else (np.arange(n), None)
     return _part(data, samples, tuning), None if held is None else _part(data, samples, held)
 
 

@@ -39,11 +39,11 @@ class Search:
 
     def __init__(self, conv, data: Any, metric: Optional[Callable], target: float, max_latency_ratio: float,
                  max_evals: int, time_budget_s: Optional[float], calibration_data: Any, batch_size: Optional[int],
-                 progress: bool, passes: Optional[Sequence[str]]) -> None:
+                 progress: bool, passes: Optional[Sequence[str]], hold_out: bool = True) -> None:
         self.conv = conv
         self.data, self.metric_fn, self.target = data, metric, float(target)
         self.ratio, self.max_evals, self.time_budget_s = float(max_latency_ratio), int(max_evals), time_budget_s
-        self.batch_size = batch_size
+        self.batch_size, self.hold_out = batch_size, bool(hold_out)
         self.start = time.monotonic()
         self.history: List[Point] = []
         self.seen: Dict[str, Point] = {}
@@ -76,7 +76,7 @@ class Search:
         if not batches:
             raise DataError("tune: data holds no sample")
         samples = {k: np.concatenate([np.asarray(b.feeds[k])[:b.size] for b in batches]) for k in batches[0].feeds}
-        self.tuning, self.held = split_data(self.data, samples)
+        self.tuning, self.held = split_data(self.data, samples, self.hold_out)
         if self.families.calibration_data is None:
             self.families.calibration_data = self.tuning.samples
         self.outputs = list(self.conv.config["output_nodes"])

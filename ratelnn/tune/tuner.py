@@ -26,7 +26,8 @@ class Tuner:
     def __init__(self, conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
                  max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
                  calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-                 passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> None:
+                 passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True,
+                 hold_out: bool = True) -> None:
         for name, value, ok, expected in (
                 ("target", target, lambda v: math.isfinite(v), "a finite number"),
                 ("max_latency_ratio", max_latency_ratio, lambda v: v >= 1.0, "a number >= 1"),
@@ -39,7 +40,7 @@ class Tuner:
         self.borders = bool(borders)
         self.int16_budget = bool(int16_budget)
         self.search = Search(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                             calibration_data, batch_size, progress, passes)
+                             calibration_data, batch_size, progress, passes, hold_out)
 
     def run(self) -> TuneResult:
         search = self.search
@@ -96,7 +97,8 @@ class Tuner:
 def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
          max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
          calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-         passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> TuneResult:
+         passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True,
+         hold_out: bool = True) -> TuneResult:
     """See :meth:`ratelnn.convert.ConvertImpl.tune`."""
     return Tuner(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                 calibration_data, batch_size, progress, passes, borders, int16_budget).run()
+                 calibration_data, batch_size, progress, passes, borders, int16_budget, hold_out).run()
