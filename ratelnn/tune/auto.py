@@ -43,6 +43,7 @@ from .search import MIN_GAIN
 
 AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own method
 LOG = logging.getLogger("ratelnn.accuracy_auto")
+MAX_LINE_KEYS = 240   # characters of the decision's keys the line shows; longer: named, not shown
 
 
 @dataclasses.dataclass
@@ -69,8 +70,10 @@ class AutoDecision:
         if not self.settings:
             return f"{head} (bound {self.bound:g}): {self.note}"
         ratio = "" if self.latency_ratio is None else f", predicted latency {self.latency_ratio:.2f} x all-int8"
+        keys = json.dumps(self.settings)
+        keys = keys if len(keys) <= MAX_LINE_KEYS else "the keys of built_config"
         return (f"{head} -> {self.cosine_after:.4f} with {describe(self.settings)}{ratio}; {self.note} "
-                f"(reproduce: accuracy_auto=false with {json.dumps(self.settings)})")
+                f"(reproduce: accuracy_auto=false with {keys})")
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
