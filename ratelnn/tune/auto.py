@@ -23,6 +23,7 @@ The decision (:class:`AutoDecision`) holds the config keys that rebuild the same
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -39,6 +40,7 @@ from ..quantization.layerwalk import chunked
 from .layers import ranked_layers
 from .passes import known_passes
 from .pricing import price
+from .results import Point
 from .search import MIN_GAIN
 
 AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own method
@@ -102,7 +104,6 @@ class _Probe:
 
 def with_settings(conv, settings: Mapping[str, Any]):
     """A shallow copy of ``conv`` with ``settings`` on its config and ``accuracy_auto`` off."""
-    import copy
     other = copy.copy(conv)
     other.config = normalize(dict(conv.config, **settings, accuracy_auto=False), conv.handler.framework)
     return other
@@ -184,7 +185,6 @@ class _Remedies:
         latency limit; (the best found, a note)."""
         feeds = chunked(self.fit, (self.conv.config["input_shapes"] or [[None]])[0][0])[0][0]
         probe = _Probe(self.conv, feeds)
-        from .results import Point
         start = Point("auto", dict(best[1], layer_configs=self.user_layers,
                                    quantize_algorithm=best[1].get("quantize_algorithm",
                                                                   self.conv.config["quantize_algorithm"])),
