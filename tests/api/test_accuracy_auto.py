@@ -107,3 +107,17 @@ def test_good_model_keeps_plain_build_after_one_check(tmp_path):
     assert decision.cosine_before >= 0.99 and decision.settings == {} and "kept" in decision.note
     plain = converter(graph_def, dict(config, accuracy_auto=False)).to_npu()
     assert _engines(npu) == _engines(plain)
+
+
+def test_latency_budget_bounds_the_int16_remedy(tmp_path):
+    """With the budget at the all-int8 latency no layer may move to int16; a budget below it is
+    a ConfigError naming the key."""
+    ratelnn.tf_init()
+    conv = converter(depthwise_loss_graph(), _config(tmp_path, accuracy_auto_latency_ratio=1.0))
+    conv.calibrate(np.random.default_rng(1).normal(0, 1, (32, *SHAPE)).astype(np.float32), progress=False)
+    conv.to_npu()
+    decision = conv.accuracy_auto
+    assert decision.cosine_before < 0.99
+    assert not any(e["data_type"] == "int16" for e in decision.settings.get("layer_configs", []))
+    with pytest.raises(ratelnn.config.ConfigError, match="accuracy_auto_latency_ratio"):
+        converter(depthwise_loss_graph(), _config(tmp_path, accuracy_auto_latency_ratio=0.9))
