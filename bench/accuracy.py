@@ -140,8 +140,8 @@ def tune_row(base, graph_def, x_cal, row) -> None:
     inp, out = base["input_nodes"][0], base["output_nodes"][0]
     reference = np.argmax(predict(graph_def, inp, out, x_cal), 1)
 
-    def agreement(outputs, _data) -> float:
-        return float(np.mean(np.argmax(outputs[0], 1) == reference))
+    def agreement(outputs, _data, rows) -> float:
+        return float(np.mean(np.argmax(outputs[0], 1) == reference[rows]))
 
     conv = converter(graph_def, dict(base, output_dir=tempfile.mkdtemp(prefix="acc-tune-")))
     conv.calibrate(x_cal, progress=False)

@@ -271,7 +271,7 @@ def wine_section(max_evals: int, budget: float) -> list:
 
     fp32_train = top1(graph_def, x_train, y_train)
     result = converter(graph_def, config).tune(
-        x_train, metric=lambda outs, data: 100.0 * float(np.mean(np.argmax(outs[0], 1) == y_train)),
+        x_train, metric=lambda outs, data, rows: 100.0 * float(np.mean(np.argmax(outs[0], 1) == y_train[rows])),
         target=fp32_train - 1.0, max_latency_ratio=RATIO, max_evals=max_evals, time_budget_s=budget)
     held_out = {"FP32": top1(graph_def, x_test, y_test)}
     naive = converter(graph_def, dict(config, **dict(result.history[0].settings, output_dir=result.config["output_dir"])))

@@ -69,6 +69,12 @@ DEFAULTS: Dict[str, Any] = {
     "bias_correction": "none",         # none | empirical | analytic
     "adaround_iterations": 0,          # AdaRound steps per layer; 0: round to nearest
     "accuracy_samples": 64,            # calibration samples calibrate() keeps for the two above
+    # automatic defaults (docs/quantization.md "Automatic defaults"): the default build checks
+    # itself on the held-out part of the kept sample and, below accuracy_auto_cosine, applies
+    # the cheapest remedies within accuracy_auto_latency_ratio x the all-int8 latency
+    "accuracy_auto": True,
+    "accuracy_auto_cosine": 0.99,
+    "accuracy_auto_latency_ratio": 1.3,
     "merge_statistics": False,   # accept other models' statistics in output_dir (docs/statistics.md)
     # refuse GraphDefs whose compressed (splat) constants expand beyond this (docs/reliability.md)
     "max_expanded_constant_bytes": 256 << 20,
@@ -336,6 +342,9 @@ _SCALARS = {
     "equalization_iterations": (numbers.Integral, lambda v: v >= 1, "a positive integer"),
     "adaround_iterations": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
     "accuracy_samples": (numbers.Integral, lambda v: v >= 0, "an integer >= 0"),
+    "accuracy_auto": (bool, None, "true or false"),
+    "accuracy_auto_cosine": (numbers.Real, lambda v: -1 <= v <= 1, "a number in [-1, 1]"),
+    "accuracy_auto_latency_ratio": (numbers.Real, lambda v: 1 <= v < math.inf, "a finite number >= 1"),
     "precision_analysis": (bool, None, "true or false"),
     "max_dynamic_batch_size": (numbers.Integral, lambda v: 0 <= v <= MAX_COMPILED_BATCH,
                                f"an integer in 0..{MAX_COMPILED_BATCH} (0 = off)"),

@@ -77,7 +77,53 @@ class ConvertImpl:
         from .calibration.stats import load_statistics
         check_owner(self.config["output_dir"], self.graph.name, self.fingerprint,
                     self.config["merge_statistics"])
-        return self.quantize(load_statistics(self.config["output_dir"]))
+        stats = load_statistics(self.config["output_dir"])
+        if not self.config["accuracy_auto"]:
+            return self.quantize(stats)
+        return self._auto_quantized(stats)
+
+    def _auto_quantized(self, stats: Mapping[str, Any]) -> Graph:
+        """The default build (config ``accuracy_auto``, docs/quantization.md "Automatic
+        defaults"): checked on the held-out part of the calibration sample, remedied where it
+        loses too much; decided once per statistics, sample and config (the line printed
+        once), then rebuilt from the decision's keys.  The decision: ``self.accuracy_auto``
+        and the IR's ``meta["accuracy_auto"]``."""
+        from .tune.auto import auto_quantize, report
+        key = self._auto_key()
+        if getattr(self, "_auto_cache", (None,))[0] != key:
+            qgraph, decision = auto_quantize(self, stats)
+            report(decision)
+            self._auto_cache = (key, decision)
+        else:
+            from .tune.auto import with_settings
+            decision = self._auto_cache[1]
+            qgraph = with_settings(self, decision.settings).quantize(stats)
+        self.accuracy_auto = decision
+        qgraph.meta["accuracy_auto"] = decision.to_dict()
+        return qgraph
+
+    def _auto_key(self) -> str:
+        """What an automatic decision depends on: the config and the statistics and sample files."""
+        import json
+        import os
+        from .calibration.sample import sample_path
+        from .calibration.stats import statistics_dir
+        files = [sample_path(self.config["output_dir"], self.fingerprint)]
+        folder = statistics_dir(self.config["output_dir"])
+        if folder.is_dir():
+            files += sorted(folder.iterdir())
+        marks = [(str(f), os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files if os.path.isfile(f)]
+        return json.dumps([self.config, marks], sort_keys=True, default=str)
+
+    @property
+    def built_config(self) -> Dict[str, Any]:
+        """The config that rebuilds the last default build without the automatic step: this
+        converter's with the automatic decision's keys and ``accuracy_auto`` off (the config
+        itself when no automatic build ran or it kept the plain build)."""
+        decision = getattr(self, "accuracy_auto", None)
+        if decision is None or not decision.settings:
+            return dict(self.config)
+        return dict(self.config, **decision.settings, accuracy_auto=False)
 
     def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the
@@ -229,7 +275,8 @@ class ConvertImpl:
                 max_batches: Optional[int] = None, progress: bool = False, executor: Any = None,
                 method: Optional[str] = None):
         """Per-layer precision of the quantized (``against="quant"``) or compiled
-        (``"npu"``) model against the float model on ``data``: a
+        (``"npu"``) model, as the default build makes it (:meth:`as_built`), against the
+        float model on ``data``: a
         :class:`ratelnn.analysis.Report` (``.rows``, ``.table()``, ``.to_json()``,
         ``.output_similarity``, ``.suggestions``).  Needs calibration statistics.
         ``executor``: measure the batches on e.g. a ``ratelnn.distributed.RayExecutor``.
@@ -238,30 +285,44 @@ class ConvertImpl:
         and ``precision_analysis_method`` (PerLayer: each layer also fed the float inputs, or
         EndToEnd; docs/quantization.md "Precision analysis: PerLayer vs EndToEnd")."""
         from .analysis import analyze
-        return analyze(self, data, against, batch_size, max_batches, progress, executor, method)
+        return analyze(self.as_built(), data, against, batch_size, max_batches, progress, executor, method)
+
+    def as_built(self) -> "ConvertImpl":
+        """This converter, or with ``accuracy_auto`` a copy configured as the default build
+        decided (:attr:`built_config`, the check off): what ``to_quant``/``to_npu`` build."""
+        if not self.config["accuracy_auto"]:
+            return self
+        from .tune.auto import with_settings
+        self.quantized_ir()
+        return with_settings(self, self.accuracy_auto.settings)
 
     def tune(self, data: Any, metric: Any = None, target: float = 0.99, max_latency_ratio: float = 1.3,
              max_evals: int = 40, time_budget_s: Optional[float] = None, calibration_data: Any = None,
              batch_size: Optional[int] = None, progress: bool = True, passes: Any = None,
-             borders: bool = True, int16_budget: bool = True):
+             borders: bool = True, int16_budget: bool = True, hold_out: bool = True):
         """Search methods, accuracy passes and per-layer int8/int16/fp32 for the cheapest
         configuration (NPU cost model) whose ``metric`` on ``data`` reaches ``target``
         (docs/quantization.md "Accuracy tuning", docs/architecture.md §12).
 
-        ``metric``: None = lowest cosine over the outputs of the compiled model to FP32, or
-        ``metric(outputs, data) -> float`` (outputs: one array per output node, all samples);
+        ``data`` is split (docs/quantization.md "Held-out judgement"): every 4th sample is
+        held out, the search calibrates and judges on the rest, the choice is judged again on
+        the held-out samples and a ``HeldOutWarning`` fires when the figures differ by more
+        than 0.005.  ``metric``: None = lowest cosine over the outputs of the compiled model
+        to FP32, or ``metric(outputs, data[, rows]) -> float`` (outputs: one array per output
+        node, the samples of one part; data: that part; rows: their indices in ``data``);
         ``max_latency_ratio``: latency limit as a multiple of the all-int8 model's;
         ``max_evals`` / ``time_budget_s``: stop there with the best found;
-        ``calibration_data``: data to calibrate on (default ``data``); ``passes``: the
+        ``calibration_data``: data to calibrate on (default the tuning part of ``data``); ``passes``: the
         accuracy-pass keys to try (default every one the config knows); ``borders``: whether
         to try sensitive float ops' input borders in fp32 with int16 upstream; ``int16_budget``:
         whether to try int16 on the layers losing most SQNR per predicted microsecond, as many
-        as the latency limit allows, right after the passes.  Statistics go to
+        as the latency limit allows, right after the passes; ``hold_out``: False searches on
+        all of ``data`` (no held-out figure), for data the caller has split.  Statistics go to
         ``<output_dir>/tune/``.  Returns a :class:`ratelnn.tune.TuneResult` (``.config``,
         ``.pareto``, ``.plot(path)``, ``.table()``)."""
         from .tune import tune
         return tune(self, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                    calibration_data, batch_size, progress, passes, borders, int16_budget)
+                    calibration_data, batch_size, progress, passes, borders, int16_budget, hold_out)
 
 
 def _random_feeds(qgraph: Graph) -> Dict[str, np.ndarray]:

@@ -206,7 +206,7 @@ def build(args) -> int:
         else:
             models[form] = getattr(conv, f"to_{form}")()
     name = conv.graph.name
-    files = {f"{name}_effective_config.json": effective_config(conv.config)}  # docs/cli.md
+    files = {f"{name}_effective_config.json": effective_config(conv.built_config)}  # docs/cli.md
     report = None
     if analysis:
         # --analyze: against the compiled model when it is built; precision_analysis alone:
@@ -218,8 +218,8 @@ def build(args) -> int:
     layers = None
     if data is not None:
         from ..quantization.summary import layer_quants
-        layers = layer_quants(conv.quantized_ir(), conv.config)
-        files[f"{name}_quant_table.json"] = tables.quant_table_json(conv.config, layers, report)
+        layers = layer_quants(conv.quantized_ir(), conv.built_config)
+        files[f"{name}_quant_table.json"] = tables.quant_table_json(conv.built_config, layers, report)
     for path in write_forms(output_dir, name, models, form_writer(job.framework), files):
         print(f"wrote {path}")
     if "npu" in models:
@@ -227,7 +227,7 @@ def build(args) -> int:
     if getattr(conv, "compiler_check_report", None) is not None:
         print(conv.compiler_check_report.table())
     if layers is not None:
-        tables.print_tables(tables.quant_config_table(conv.config, data), tables.layer_config_table(conv.config),
+        tables.print_tables(tables.quant_config_table(conv.built_config, data), tables.layer_config_table(conv.built_config),
                             tables.quant_layer_table(layers, report))
     if report is not None:
         print("\n".join(report.summary_lines()))

@@ -100,7 +100,7 @@ def joint(args) -> int:
     for conv, model in zip(jc.converters, compiled):
         target = Path(conv.config["output_dir"])
         target.mkdir(parents=True, exist_ok=True)
-        print(f"wrote {write_effective_config(target, conv.graph.name, conv.config)}")
+        print(f"wrote {write_effective_config(target, conv.graph.name, conv.built_config)}")
         for path in frontend(framework).model_io.save_model(model, target / f"{conv.graph.name}_npu"):
             print(f"wrote {path}")
     out_dir.mkdir(parents=True, exist_ok=True)

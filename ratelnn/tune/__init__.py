@@ -34,6 +34,12 @@ framework on ``data`` (engines on the emulated NPU: the integer arithmetic the N
 7. once met (:mod:`.prune`): layer entries dropped again, one at a time, while the target
    still holds.
 
+Held-out judgement (:mod:`.holdout`): every 4th sample of ``data`` is held out; the search
+calibrates and judges on the rest, the chosen candidate is judged again on the held-out part
+(``TuneResult.held_out_metric``) with a :class:`HeldOutWarning` when the two figures differ by
+more than :data:`HELD_OUT_BOUND`.  The default build's own check and cheapest remedies
+(config ``accuracy_auto``) reuse these steps: :mod:`.auto`.
+
 AdaRound codes are cached per layer across candidates (``quantization.adaround.code_cache``).
 
 Statistics (:mod:`.families`): one calibration per set of pass settings that needs its own,
@@ -41,7 +47,9 @@ each in ``<output_dir>/tune/<name>``.  ``TuneResult.config`` names that folder, 
 ``converter(graph_def, dict(config, **result.config))`` rebuilds the chosen model without
 calibrating (engines byte-identical).
 """
+from .auto import AUTO_METHODS, AutoDecision, auto_quantize
 from .borders import SENSITIVE_OPS
+from .holdout import HELD_OUT_BOUND, HELD_OUT_EVERY, HeldOutWarning, split_rows
 from .methods import AUTO_INT16, METHODS
 from .passes import LATE_PASSES, PASS_OFF, PASSES
 from .pricing import HOST_FLOAT_MACS_PER_S, HOST_LAYER_OVERHEAD_S
@@ -52,4 +60,5 @@ from .tuner import Tuner, tune
 
 __all__ = ["tune", "Tuner", "TuneResult", "Point", "pareto_front", "cosine_metric", "recurrence_layers",
            "METHODS", "AUTO_INT16", "PASSES", "PASS_OFF", "LATE_PASSES", "HOST_FLOAT_MACS_PER_S",
-           "HOST_LAYER_OVERHEAD_S", "CHAIN_OPS", "MIN_CHAIN", "MIN_GAIN", "SENSITIVE_OPS"]
+           "HOST_LAYER_OVERHEAD_S", "CHAIN_OPS", "MIN_CHAIN", "MIN_GAIN", "SENSITIVE_OPS", "HELD_OUT_BOUND",
+           "HELD_OUT_EVERY", "HeldOutWarning", "split_rows", "AutoDecision", "auto_quantize", "AUTO_METHODS"]

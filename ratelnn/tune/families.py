@@ -13,6 +13,9 @@ from ..config import normalize
 from ..errors import CalibrationError
 from .passes import PASS_OFF
 
+# every candidate is built exactly as its settings say: no automatic remedies on top
+PLAIN = {"accuracy_auto": False}
+
 
 class Families:
     """The statistics families of one search on the converter ``conv``."""
@@ -34,8 +37,8 @@ class Families:
         if base is None:
             conv, out = self._calibrated("base", {})
         else:
-            conv = type(self.conv)(self.conv.handler, self.conv.source, dict(self.conv.config, output_dir=base[1], **passes),
-                                   self.conv.device_info)
+            conv = type(self.conv)(self.conv.handler, self.conv.source,
+                                   dict(self.conv.config, output_dir=base[1], **passes, **PLAIN), self.conv.device_info)
             out = base[1]
             if conv.fingerprint != base[0].fingerprint or not _quantizes(conv):
                 conv, out = self._calibrated(name, passes)
@@ -51,14 +54,14 @@ class Families:
         config; that family's output_dir)."""
         family, out = self.family(settings)
         conv = copy.copy(family)
-        conv.config = normalize(dict(self.conv.config, output_dir=out, **settings), family.handler.framework)
+        conv.config = normalize(dict(self.conv.config, output_dir=out, **PLAIN, **settings), family.handler.framework)
         return conv, out
 
     def _calibrated(self, name: str, passes: Mapping[str, Any]):
         out = os.path.join(self.root, _slug(name))
         os.makedirs(out, exist_ok=True)
         start_fresh(out)
-        conv = type(self.conv)(self.conv.handler, self.conv.source, dict(self.conv.config, output_dir=out, **passes),
+        conv = type(self.conv)(self.conv.handler, self.conv.source, dict(self.conv.config, output_dir=out, **passes, **PLAIN),
                                self.conv.device_info)
         conv.calibrate(self.calibration_data, self.batch_size, progress=False)
         return conv, out

@@ -34,7 +34,11 @@ class TuneResult:
     ``met``: whether it meets ``target`` within ``max_latency_ratio``; ``pareto``: the
     non-dominated points, latency ascending and metric strictly ascending; ``history``: every
     point in order; ``fp32_metric``: the metric of the float model; ``stopped``: why the
-    search ended."""
+    search ended.  Held-out judgement (:mod:`ratelnn.tune.holdout`): ``metric`` is the figure on
+    the ``tuning_samples`` the search ran on; ``held_out_metric`` (``held_out_fp32_metric``: the
+    float model's) the chosen model's on the ``held_out_samples`` it never saw (None: too few
+    samples to hold any out); ``held_out_warning``: the warning given when the two differ by
+    more than ``HELD_OUT_BOUND``, else None."""
 
     config: Dict[str, Any]
     metric: float
@@ -48,6 +52,11 @@ class TuneResult:
     fp32_metric: float
     stopped: str
     chosen: Point
+    held_out_metric: Optional[float] = None
+    held_out_fp32_metric: Optional[float] = None
+    tuning_samples: int = 0
+    held_out_samples: int = 0
+    held_out_warning: Optional[str] = None
 
     @property
     def latency_ratio(self) -> float:
@@ -63,6 +72,10 @@ class TuneResult:
                          f"{p.latency_s / self.baseline_latency_s:>6.3f}  {'*' if id(p) in front else ' ':^5}  {p.note}")
         lines.append(f"chosen: {self.chosen.label} (metric {self.metric:.5f}, latency ratio "
                      f"{self.latency_ratio:.3f}, target {'met' if self.met else 'NOT met'}; {self.stopped})")
+        if self.held_out_metric is not None:
+            lines.append(f"held out: metric {self.held_out_metric:.5f} on {self.held_out_samples} samples the search "
+                         f"never saw (tuning figure {self.metric:.5f} on {self.tuning_samples})"
+                         f"{'; WARNING: they differ by more than the bound' if self.held_out_warning else ''}")
         return "\n".join(lines)
 
     def plot(self, path: str) -> str:

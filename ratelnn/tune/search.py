@@ -22,6 +22,7 @@ from ..quantization.policy import make_plan
 from ..quantization.thresholds import KLDDegenerateWarning
 from ..runners import run_model
 from .families import Families
+from .holdout import Part, call_metric, split_data
 from .passes import known_passes, without_data_passes
 from .pricing import host_seconds, price
 from .results import Point, cosine_metric
@@ -38,17 +39,17 @@ class Search:
 
     def __init__(self, conv, data: Any, metric: Optional[Callable], target: float, max_latency_ratio: float,
                  max_evals: int, time_budget_s: Optional[float], calibration_data: Any, batch_size: Optional[int],
-                 progress: bool, passes: Optional[Sequence[str]]) -> None:
+                 progress: bool, passes: Optional[Sequence[str]], hold_out: bool = True) -> None:
         self.conv = conv
         self.data, self.metric_fn, self.target = data, metric, float(target)
         self.ratio, self.max_evals, self.time_budget_s = float(max_latency_ratio), int(max_evals), time_budget_s
-        self.batch_size = batch_size
+        self.batch_size, self.hold_out = batch_size, bool(hold_out)
         self.start = time.monotonic()
         self.history: List[Point] = []
         self.seen: Dict[str, Point] = {}
         self.user_layers = list(conv.config.get("layer_configs") or [])
         self.known_passes = known_passes(passes)
-        self.families = Families(conv, self.known_passes, data if calibration_data is None else calibration_data,
+        self.families = Families(conv, self.known_passes, calibration_data,
                                  batch_size)
         self.evals = 0
         self.adaround_codes: Dict[str, np.ndarray] = {}   # quantization.adaround.code_cache
@@ -67,27 +68,42 @@ class Search:
             raise Stop(f"stopped at time_budget_s={self.time_budget_s:g}")
 
     def prepare(self) -> None:
-        """Batch ``data`` and run the float model on it: the reference outputs and metric."""
+        """Batch ``data``, split it into the tuning and held-out parts (:mod:`.holdout`; the
+        tuning part is also calibrated on unless ``calibration_data`` is given) and run the
+        float model on both: the reference outputs and the float model's metric."""
         self.conv.handler.ensure_ops()
-        batches = self.conv.calibration_data(self.data, self.batch_size)
-        self.batches = [(b.feeds, b.size) for b in batches]
-        if not self.batches:
+        batches = list(self.conv.calibration_data(self.data, self.batch_size))
+        if not batches:
             raise DataError("tune: data holds no sample")
+        samples = {k: np.concatenate([np.asarray(b.feeds[k])[:b.size] for b in batches]) for k in batches[0].feeds}
+        self.tuning, self.held = split_data(self.data, samples, self.hold_out)
+        if self.families.calibration_data is None:
+            self.families.calibration_data = self.tuning.samples
         self.outputs = list(self.conv.config["output_nodes"])
-        self.reference = self.run(self.conv.source)
-        self.fp32_metric = self.score(self.reference)
+        self.batches = self.batches_of(self.tuning)
+        for part in (self.tuning, self.held):
+            if part is not None:
+                part.reference = self.run(self.conv.source, self.batches_of(part))
+        self.fp32_metric = self.score(self.tuning.reference)
 
-    def run(self, model: Any) -> List[np.ndarray]:
-        """The outputs of the framework ``model`` on every batch, concatenated."""
+    def batches_of(self, part: Part) -> List[Tuple[Dict[str, np.ndarray], int]]:
+        """(feeds, real rows) of ``part`` in the model's batches."""
+        return [(b.feeds, b.size) for b in self.conv.calibration_data(part.samples, self.batch_size)]
+
+    def run(self, model: Any, batches: Optional[List[Tuple[Dict[str, np.ndarray], int]]] = None) -> List[np.ndarray]:
+        """The outputs of the framework ``model`` on every batch (default: the tuning part's),
+        concatenated."""
         parts = [[o[:size] for o in run_model(self.conv.handler.framework, model, feeds, self.outputs)]
-                 for feeds, size in self.batches]
+                 for feeds, size in (self.batches if batches is None else batches)]
         return [np.concatenate(p) for p in zip(*parts)]
 
-    def score(self, outputs: List[np.ndarray]) -> float:
-        """The metric of ``outputs``: the user's, or the lowest cosine to the reference."""
+    def score(self, outputs: List[np.ndarray], part: Optional[Part] = None) -> float:
+        """The metric of ``outputs`` on ``part`` (default: the tuning part): the user's, or
+        the lowest cosine to the float model's."""
+        part = self.tuning if part is None else part
         if self.metric_fn is None:
-            return cosine_metric(outputs, self.reference)
-        value = self.metric_fn(outputs, self.data)
+            return cosine_metric(outputs, part.reference)
+        value = call_metric(self.metric_fn, outputs, part)
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -95,6 +111,18 @@ class Search:
         if not math.isfinite(number):
             raise ConfigError(f"tune: metric must return a finite number, got {value!r}")
         return number
+
+    def judge_held_out(self, point: Point) -> Tuple[Optional[float], Optional[float]]:
+        """(metric of ``point``'s compiled model, of the float model) on the held-out part;
+        (None, None) when nothing is held out or ``point`` cannot be built."""
+        if self.held is None:
+            return None, None
+        conv, _ = self.candidate(point.settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", KLDDegenerateWarning)
+            compiled, _, _ = self.price(conv.quantized_ir(), conv)
+        outputs = self.run(conv.handler.export_graph(compiled), self.batches_of(self.held))
+        return self.score(outputs, self.held), self.score(self.held.reference, self.held)
 
     def candidate(self, settings: Mapping[str, Any]):
         """(converter of ``settings``, its statistics family's output_dir)."""

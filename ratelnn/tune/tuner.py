@@ -9,6 +9,8 @@ from ..config import ConfigError
 from ..errors import RatelError
 from .borders import stage_borders
 from .budget import stage_budget
+from .families import PLAIN
+from .holdout import gap_warning
 from .layers import stage_layers
 from .methods import stage_auto_int16, stage_methods
 from .passes import LATE_PASSES, PASSES, stage_passes
@@ -24,7 +26,8 @@ class Tuner:
     def __init__(self, conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
                  max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
                  calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-                 passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> None:
+                 passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True,
+                 hold_out: bool = True) -> None:
         for name, value, ok, expected in (
                 ("target", target, lambda v: math.isfinite(v), "a finite number"),
                 ("max_latency_ratio", max_latency_ratio, lambda v: v >= 1.0, "a number >= 1"),
@@ -37,7 +40,7 @@ class Tuner:
         self.borders = bool(borders)
         self.int16_budget = bool(int16_budget)
         self.search = Search(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                             calibration_data, batch_size, progress, passes)
+                             calibration_data, batch_size, progress, passes, hold_out)
 
     def run(self) -> TuneResult:
         search = self.search
@@ -81,18 +84,21 @@ class Tuner:
             feasible = [p for p in run if search.feasible(p)] or run
             chosen = max(feasible, key=lambda p: (p.metric, -p.latency_s))
         _, out = search.families.family(chosen.settings)
-        config = dict(chosen.settings, output_dir=out)
+        config = dict(chosen.settings, output_dir=out, **PLAIN)
         if not chosen.settings["layer_configs"]:
             config["layer_configs"] = []
+        held, held_fp32 = search.judge_held_out(chosen)
+        warning = gap_warning("tune", chosen.metric, held, len(search.tuning), len(search.held or ()))
         return TuneResult(config, chosen.metric, chosen.latency_s, search.baseline.latency_s, search.target,
                           search.ratio, bool(meeting), pareto_front(search.history), list(search.history),
-                          search.fp32_metric, stopped, chosen)
-
+                          search.fp32_metric, stopped, chosen, held, held_fp32, len(search.tuning),
+                          len(search.held or ()), warning)
 
 def tune(conv, data: Any, metric: Optional[Callable] = None, target: float = 0.99,
          max_latency_ratio: float = 1.3, max_evals: int = 40, time_budget_s: Optional[float] = None,
          calibration_data: Any = None, batch_size: Optional[int] = None, progress: bool = True,
-         passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True) -> TuneResult:
+         passes: Optional[Sequence[str]] = None, borders: bool = True, int16_budget: bool = True,
+         hold_out: bool = True) -> TuneResult:
     """See :meth:`ratelnn.convert.ConvertImpl.tune`."""
     return Tuner(conv, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
-                 calibration_data, batch_size, progress, passes, borders, int16_budget).run()
+                 calibration_data, batch_size, progress, passes, borders, int16_budget, hold_out).run()

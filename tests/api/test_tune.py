@@ -3,7 +3,9 @@ channels differ 1000x in range (per-tensor int8 leaves the small channels a code
 followed by a pointwise convolution whose outputs 4-7 read only the small channels
 (weights x1000, so every output has the same range).  The target is met,
 the front is monotone, result.config rebuilds the chosen model without calibrating
-(identical engines and metric), the budget stops the search, the plot is a PNG."""
+(identical engines and both figures), the budget stops the search, the plot is a PNG; the
+chosen model is judged again on the held-out quarter of the data, with a warning when that
+figure and the tuning one differ."""
 from __future__ import annotations
 
 import hashlib
@@ -12,34 +14,12 @@ import os
 import numpy as np
 import pytest
 
-import tensorflow as tf
-
 import ratelnn
 from ratelnn.frontend.tensorflow import converter
 from ratelnn.runners import run_model
+from helpers.int8_loss import SHAPE, depthwise_loss_graph as _graph
 
 BATCH = 4
-SHAPE = (8, 8, 4)
-CHANNEL_SCALE = np.array([1.0, 1.0, 1e-3, 1e-3], np.float32)
-
-
-def _graph():
-    """[N,8,8,4] -> depthwise 3x3 (channel ranges 1 : 1e-3) + relu -> 1x1 conv to 8 channels
-    (outputs 0-3 from channels 0-1, outputs 4-7 from channels 2-3 with weights x1000) -> mean
-    over space -> [N,8]."""
-    rng = np.random.default_rng(0)
-    dw = (rng.normal(0, 0.5, (3, 3, 4, 1)) * CHANNEL_SCALE[None, None, :, None]).astype(np.float32)
-    pw = rng.normal(0, 0.5, (1, 1, 4, 8)) / CHANNEL_SCALE[None, None, :, None]
-    pw[:, :, 2:, :4] = 0.0
-    pw[:, :, :2, 4:] = 0.0
-    pw = pw.astype(np.float32)
-    g = tf.Graph()
-    with g.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, *SHAPE], name="images")
-        h = tf.nn.relu(tf.nn.depthwise_conv2d(x, dw, [1, 1, 1, 1], "SAME"))
-        y = tf.nn.conv2d(h, pw, 1, "SAME")
-        tf.identity(tf.reduce_mean(y, axis=[1, 2]), name="scores")
-    return g.as_graph_def()
 
 
 def _config(tmp_path):
@@ -115,8 +95,10 @@ def test_config_reproduces_without_recalibrating(run, request):
                              for i in range(0, len(data), BATCH)])
     fp32 = np.concatenate([run_model("tensorflow", graph_def, {"images": data[i:i + BATCH]}, ["scores"])[0]
                            for i in range(0, len(data), BATCH)])
-    q, f = scores.astype(np.float64).ravel(), fp32.astype(np.float64).ravel()
-    assert float(q @ f / (np.linalg.norm(q) * np.linalg.norm(f))) == pytest.approx(r.metric, abs=1e-12)
+    held = np.arange(len(data)) % 4 == 3          # every 4th sample is held out
+    for rows, figure in ((~held, r.metric), (held, r.held_out_metric)):
+        q, f = scores[rows].astype(np.float64).ravel(), fp32[rows].astype(np.float64).ravel()
+        assert float(q @ f / (np.linalg.norm(q) * np.linalg.norm(f))) == pytest.approx(figure, abs=1e-12)
 
 
 def test_int16_budget_stage_meets_the_target_right_after_the_methods(tuned_without_passes, tmp_path):
@@ -161,12 +143,16 @@ def test_user_metric_and_plot(tuned, tmp_path):
                                                  ["scores"])[0] for i in range(0, len(data), BATCH)]), 1)
     calls = []
 
-    def top1(outputs, given):
-        calls.append(given is data)
-        return float(np.mean(np.argmax(outputs[0], 1) == labels))
+    def top1(outputs, given, rows):
+        calls.append((len(given), list(rows)))
+        return float(np.mean(np.argmax(outputs[0], 1) == labels[rows]))
 
     r2 = converter(graph_def, _config(tmp_path)).tune(data, metric=top1, target=1.0, max_evals=6, progress=False)
-    assert calls and all(calls) and r2.fp32_metric == 1.0
+    held = [i for i in range(len(data)) if i % 4 == 3]
+    assert calls and (len(held), held) in calls                       # the held-out judgement
+    assert all(n == len(rows) for n, rows in calls)
+    assert all(rows == [i for i in range(len(data)) if i % 4 != 3] for n, rows in calls if n != len(held))
+    assert r2.fp32_metric == 1.0 and r2.held_out_fp32_metric == 1.0
     assert r2.met == (r2.metric >= 1.0)
     if not r2.met:
         assert r2.metric == max(p.metric for p in r2.history if p.metric is not None)
@@ -185,3 +171,34 @@ def test_bad_arguments_are_config_errors(tuned, tmp_path, kwargs, named):
     graph_def, data = tuned[0], tuned[1]
     with pytest.raises(ratelnn.config.ConfigError, match=named):
         converter(graph_def, _config(tmp_path)).tune(data, progress=False, **kwargs)
+
+
+def test_held_out_figure_agrees_on_data_of_one_distribution(tuned):
+    """Every 4th of the 16 samples is held out; on samples of one distribution the chosen
+    model's held-out figure is within the bound of the tuning figure and nothing is warned."""
+    from ratelnn.tune.holdout import HELD_OUT_BOUND
+    r = tuned[3]
+    assert (r.tuning_samples, r.held_out_samples) == (12, 4)
+    assert abs(r.metric - r.held_out_metric) <= HELD_OUT_BOUND
+    assert r.held_out_warning is None and "held out" in r.table()
+
+
+def test_held_out_warning_fires_when_the_held_out_samples_differ(tmp_path):
+    """The held-out samples (every 4th) are 50x larger than the ones tuned and calibrated on:
+    they saturate the calibrated ranges, the held-out figure falls far below the tuning one,
+    and tune warns (HeldOutWarning) and says so in the result."""
+    from ratelnn.tune.holdout import HELD_OUT_BOUND, HeldOutWarning
+    ratelnn.tf_init()
+    data = np.random.default_rng(3).normal(0, 1, (16, *SHAPE)).astype(np.float32)
+    data[3::4] *= 50.0
+    with pytest.warns(HeldOutWarning, match="held-out"):
+        r = converter(_graph(), _config(tmp_path)).tune(data, target=0.99, max_evals=6, progress=False)
+    assert r.metric - r.held_out_metric > HELD_OUT_BOUND
+    assert r.held_out_warning is not None and "differ" in r.held_out_warning
+
+
+def test_too_few_samples_hold_nothing_out(tuned, tmp_path):
+    """Below 8 samples the search runs on all of them and reports no held-out figure."""
+    graph_def, data = tuned[0], tuned[1]
+    r = converter(graph_def, _config(tmp_path)).tune(data[:4], target=0.99, max_evals=2, progress=False)
+    assert r.held_out_metric is None and r.held_out_samples == 0 and r.tuning_samples == 4

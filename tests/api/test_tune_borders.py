@@ -68,7 +68,7 @@ def runs(tmp_path_factory):
     for borders in (True, False):
         folder = tmp_path_factory.mktemp(f"borders-{borders}")
         found[borders] = (folder, converter(graph_def, _config(folder)).tune(
-            data, target=0.99, progress=False, passes=(), borders=borders))
+            data, target=0.99, progress=False, passes=(), borders=borders, hold_out=False))
     return graph_def, data, found[True][0], found[True][1], found[False][1]
 
 

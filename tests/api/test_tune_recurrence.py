@@ -65,7 +65,7 @@ def test_tune_meets_the_target_with_the_recurrence_in_int16(tmp_path):
     # the int16 budget step (which runs first and may promote the same layers) is off: this
     # test is about the recurrence move
     r = converter(_graph(), _config(tmp_path)).tune(data, target=0.99, progress=False, passes=(), borders=False,
-                                                    int16_budget=False, max_evals=7)
+                                                    int16_budget=False, max_evals=7, hold_out=False)
     assert r.history[0].label == "naive" and r.history[0].metric < 0.99
     assert not any(p.metric is not None and p.metric >= 0.99 for p in r.history if "recurrence" not in p.label
                    and not p.settings["layer_configs"])

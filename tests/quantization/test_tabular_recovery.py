@@ -31,7 +31,8 @@ def _naive(dataset: str, cache_dir):
     model = cached_tabular_mlp(cache_dir, dataset, x_train, y_train)
     graph_def, inputs, outputs = freeze_keras(model, [[BATCH, x_train.shape[1]]])
     config = {"input_nodes": inputs, "output_nodes": outputs, "input_shapes": [[BATCH, x_train.shape[1]]],
-              "output_dir": tempfile.mkdtemp(prefix=f"{dataset}-"), "auto_int16": False}
+              "output_dir": tempfile.mkdtemp(prefix=f"{dataset}-"), "auto_int16": False,
+              "accuracy_auto": False}   # the plain int8 loss that analyze() suggestions recover
     conv = converter(graph_def, config)
     conv.calibrate(x_train[:n_cal], progress=False)
     x, y = x_test[:n_test], y_test[:n_test]

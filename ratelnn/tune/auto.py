@@ -1,0 +1,222 @@
+"""Automatic defaults (docs/quantization.md "Automatic defaults"): the default build checks
+itself and, where int8 loses too much, applies the cheapest remedies.
+
+:func:`auto_quantize` (``ConvertImpl.quantized_ir`` with config ``accuracy_auto``) quantizes
+from the statistics as configured, then scores the quantized IR (QDQ, numpy evaluator)
+against the float IR on the held-out part of the kept calibration sample
+(:func:`ratelnn.quantization.accuracy.split_sample`: the last quarter): the lowest output
+cosine.  At or above ``accuracy_auto_cosine`` the plain build is kept (one check, no search).
+Below it, in order of cost, each step kept when it raises that figure by more than
+:data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
+
+1. the other threshold methods (:data:`AUTO_METHODS`) from the same histograms;
+2. empirical bias correction, fitted on the rest of the sample (itself checked on the held-out
+   part, :mod:`ratelnn.quantization.accuracy`);
+3. int16 on the k least precise layers (the tuner's ranking, :func:`ranked_layers`, measured
+   on the fit part), k = 1, 2, 4, ... while the compiled model's predicted latency (NPU cost
+   model) stays within ``accuracy_auto_latency_ratio`` x the all-int8 model's; the fewest
+   that meet the bound, else the most that fit.
+
+The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
+``accuracy_auto`` off; it is printed in one line, kept in the quantized IR's
+``meta["accuracy_auto"]`` (so the compiled IR's) and in ``ConvertImpl.built_config``.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import sys
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..config import normalize
+from ..errors import RatelError
+from ..ir import Graph
+from ..ir.evaluate import EvaluationError
+from ..quantization.accuracy import output_cosine, split_sample
+from ..quantization.layerwalk import chunked
+from .layers import ranked_layers
+from .passes import known_passes
+from .pricing import price
+from .results import Point
+from .search import MIN_GAIN
+
+AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own method
+LOG = logging.getLogger("ratelnn.accuracy_auto")
+MAX_LINE_KEYS = 240   # characters of the decision's keys the line shows; longer: named, not shown
+
+
+@dataclasses.dataclass
+class AutoDecision:
+    """What the automatic defaults did: ``cosine_before`` / ``cosine_after`` (lowest output
+    cosine on the ``held_out_samples``; None: not checked, see ``note``), ``settings`` (config
+    keys that rebuild the chosen model with ``accuracy_auto`` off; empty: plain build kept),
+    ``latency_ratio`` (predicted latency over the all-int8 model's; None: not priced)."""
+
+    cosine_before: Optional[float]
+    cosine_after: Optional[float]
+    settings: Dict[str, Any]
+    latency_ratio: Optional[float]
+    held_out_samples: int
+    bound: float
+    note: str
+
+    def line(self) -> str:
+        """The one-line summary the build prints."""
+        if self.cosine_before is None:
+            return f"accuracy_auto: {self.note}"
+        head = (f"accuracy_auto: output cosine {self.cosine_before:.4f} on {self.held_out_samples} held-out "
+                f"calibration samples")
+        if not self.settings:
+            return f"{head} (bound {self.bound:g}): {self.note}"
+        ratio = "" if self.latency_ratio is None else f", predicted latency {self.latency_ratio:.2f} x all-int8"
+        keys = json.dumps(self.settings)
+        keys = keys if len(keys) <= MAX_LINE_KEYS else "the keys of built_config"
+        return (f"{head} -> {self.cosine_after:.4f} with {describe(self.settings)}{ratio}; {self.note} "
+                f"(reproduce: accuracy_auto=false with {keys})")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def describe(settings: Mapping[str, Any]) -> str:
+    """The remedies of ``settings`` in a few words."""
+    words = [f"{k}={v}" for k, v in settings.items() if k not in ("layer_configs", "accuracy_auto")]
+    layers = settings.get("layer_configs") or []
+    added = [e for e in layers if e.get("data_type") == "int16"]
+    if added:
+        words.append(f"int16 on {len(added)} layer(s)")
+    return ", ".join(words) or "plain int8"
+
+
+class _Probe:
+    """What :func:`ranked_layers` reads of a search: candidates of settings on one converter,
+    the known passes, the first batch."""
+
+    def __init__(self, conv, feeds) -> None:
+        self.conv, self.known_passes, self.batches = conv, known_passes(None), [(feeds, None)]
+
+    def candidate(self, settings: Mapping[str, Any]):
+        return with_settings(self.conv, settings), self.conv.config["output_dir"]
+
+
+def with_settings(conv, settings: Mapping[str, Any]):
+    """A shallow copy of ``conv`` with ``settings`` on its config and ``accuracy_auto`` off."""
+    other = copy.copy(conv)
+    other.config = normalize(dict(conv.config, **settings, accuracy_auto=False), conv.handler.framework)
+    return other
+
+
+def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
+    """(quantized IR, decision) of ``conv`` from ``stats`` (module docstring)."""
+    config = conv.config
+    bound = float(config["accuracy_auto_cosine"])
+    qgraph = conv.quantize(stats)
+    sample = conv._sample("accuracy_auto", required=False)
+    fit, held = split_sample(sample) if sample is not None else (None, None)
+    if held is None:
+        return qgraph, AutoDecision(None, None, {}, None, 0, bound, "not checked: no calibration sample of 8 or more "
+                                    "inputs (calibrate() keeps accuracy_samples of them)")
+    n_held = min(len(v) for v in held.values())
+    try:
+        before, reference = output_cosine(conv.graph, qgraph, config, held)
+    except EvaluationError as e:
+        return qgraph, AutoDecision(None, None, {}, None, n_held, bound,
+                                    f"not checked: {str(e).splitlines()[0][:150]}")
+    if before >= bound:
+        return qgraph, AutoDecision(before, before, {}, 1.0, n_held, bound, "plain build kept")
+    with warnings.catch_warnings():   # every method on every tensor: no warning per try
+        warnings.simplefilter("ignore")
+        return _Remedies(conv, stats, fit, held, reference, bound).run(qgraph, before, n_held)
+
+
+class _Remedies:
+    """The remedy steps of :func:`auto_quantize` below the bound."""
+
+    def __init__(self, conv, stats, fit, held, reference, bound: float) -> None:
+        self.conv, self.stats, self.fit, self.held = conv, stats, fit, held
+        self.reference, self.bound = reference, bound
+        self.user_layers = list(conv.config["layer_configs"])
+        self.baseline = self.latency(conv.quantize(stats, dict(conv.config, auto_int16=False)), conv.config)
+        self.limit = None if self.baseline is None else self.baseline * float(conv.config["accuracy_auto_latency_ratio"])
+
+    def latency(self, qgraph: Graph, config) -> Optional[float]:
+        """Predicted seconds of one inference of ``qgraph`` compiled; None without an engine."""
+        try:
+            return price(qgraph, config, self.conv.device_info)[1].latency_s
+        except ValueError:
+            return None
+
+    def judge(self, settings: Dict[str, Any]):
+        """(cosine on the held-out part, quantized IR) of ``settings``; (None, None) when they
+        cannot be built."""
+        other = with_settings(self.conv, settings)
+        try:
+            q = other.quantize(self.stats)
+            return output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0], q
+        except RatelError:
+            return None, None
+
+    def run(self, qgraph: Graph, before: float, n_held: int) -> Tuple[Graph, AutoDecision]:
+        best = (before, {}, qgraph)
+        config = self.conv.config
+        for method in (m for m in AUTO_METHODS if m != config["quantize_algorithm"]):
+            best = self.keep(best, dict(best[1], quantize_algorithm=method))
+        if best[0] < self.bound and config["bias_correction"] == "none":
+            best = self.keep(best, dict(best[1], bias_correction="empirical"))
+        note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
+        if best[0] < self.bound and self.limit is not None:
+            best, note = self.int16(best)
+        cosine, settings, q = best
+        ratio = None
+        if settings and self.baseline:
+            latency = self.latency(q, with_settings(self.conv, settings).config)
+            ratio = None if latency is None else latency / self.baseline
+        return q, AutoDecision(before, cosine, settings, ratio, n_held, self.bound, note)
+
+    def keep(self, best, settings):
+        cosine, q = self.judge(settings)
+        return (cosine, settings, q) if cosine is not None and cosine > best[0] + MIN_GAIN else best
+
+    def int16(self, best) -> Tuple[tuple, str]:
+        """int16 on the k least precise layers on top of ``best``, k = 1, 2, 4, ... within the
+        latency limit; (the best found, a note)."""
+        feeds = chunked(self.fit, (self.conv.config["input_shapes"] or [[None]])[0][0])[0][0]
+        probe = _Probe(self.conv, feeds)
+        start = Point("auto", dict(best[1], layer_configs=self.user_layers,
+                                   quantize_algorithm=best[1].get("quantize_algorithm",
+                                                                  self.conv.config["quantize_algorithm"])),
+                      best[0], 0.0, True, 0.0)
+        try:
+            ranked = [r for r in ranked_layers(probe, start) if r[1]]
+        except (EvaluationError, RatelError) as e:
+            return best, f"bound {self.bound:g} not met; layers not ranked: {str(e).splitlines()[0][:120]}"
+        found, k = best, 1
+        while k <= len(ranked):
+            entries: List[Dict[str, str]] = [e for r in ranked[:k] for e in r[1]]
+            settings = dict(best[1], layer_configs=self.user_layers + entries)
+            other = with_settings(self.conv, settings)
+            try:
+                q = other.quantize(self.stats)
+            except RatelError:
+                break
+            latency = self.latency(q, other.config)
+            if latency is None or latency > self.limit * (1 + 1e-9):
+                return found, (f"bound {self.bound:g} not met within {self.limit / self.baseline:g} x the "
+                               f"all-int8 latency" if found[0] < self.bound else "bound met")
+            cosine = output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0]
+            if cosine > found[0] + MIN_GAIN:
+                found = (cosine, settings, q)
+            if found[0] >= self.bound:
+                return found, "bound met"
+            k = len(ranked) if k < len(ranked) and 2 * k > len(ranked) else 2 * k
+        return found, "bound met" if found[0] >= self.bound else f"bound {self.bound:g} not met"
+
+
+def report(decision: AutoDecision) -> None:
+    """Print (stderr) and log ``decision``'s line."""
+    line = decision.line()
+    LOG.info(line)
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,123 @@
+"""The default build checks itself (config ``accuracy_auto``): on a graph with a known int8 loss
+it remedies the loss within the latency budget, says so in one line printed once, records the
+decision (converter, IR meta, the config the CLI writes), and the decision's keys
+with ``accuracy_auto`` off rebuild the same engines without calibrating; ``accuracy_auto=False``
+is plain int8; a model already good keeps its plain build after one check."""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+
+import ratelnn
+from ratelnn.frontend.tensorflow import converter
+from ratelnn.runners import run_model
+from helpers.int8_loss import SHAPE, depthwise_loss_graph
+from helpers.stats import small_graph_def
+
+BATCH = 4
+
+
+def _config(tmp_path, **extra):
+    return dict({"input_nodes": ["images"], "output_nodes": ["scores"], "input_shapes": [[BATCH, *SHAPE]],
+                 "output_dir": str(tmp_path)}, **extra)
+
+
+def _engines(graph_npu) -> str:
+    return hashlib.sha256(b"".join(n.attr["engine"].s for n in graph_npu.node if n.op == "RatelEngineOp")).hexdigest()
+
+
+def _cosine(graph_def, model, x) -> float:
+    run = lambda g: np.concatenate([run_model("tensorflow", g, {"images": x[i:i + BATCH]}, ["scores"])[0]
+                                    for i in range(0, len(x), BATCH)]).astype(np.float64).ravel()
+    q, f = run(model), run(graph_def)
+    return float(q @ f / (np.linalg.norm(q) * np.linalg.norm(f)))
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """The known-loss graph calibrated on 64 samples, built with and without accuracy_auto;
+    judged on 32 other samples."""
+    ratelnn.tf_init()
+    graph_def = depthwise_loss_graph()
+    data = np.random.default_rng(1).normal(0, 1, (64, *SHAPE)).astype(np.float32)
+    unseen = np.random.default_rng(2).normal(0, 1, (32, *SHAPE)).astype(np.float32)
+    out = {}
+    for auto in (True, False):
+        tmp = tmp_path_factory.mktemp(f"auto-{auto}")
+        conv = converter(graph_def, _config(tmp, accuracy_auto=auto))
+        conv.calibrate(data, progress=False)
+        out[auto] = (conv, conv.to_npu(), tmp)
+    return graph_def, unseen, out
+
+
+def test_default_build_remedies_a_known_int8_loss(builds):
+    graph_def, unseen, out = builds
+    plain, auto = _cosine(graph_def, out[False][1], unseen), _cosine(graph_def, out[True][1], unseen)
+    assert plain < 0.99 <= auto                                # judged on samples calibration never saw
+    decision = out[True][0].accuracy_auto
+    assert decision.cosine_before < 0.99 <= decision.cosine_after and decision.held_out_samples == 16
+    assert decision.settings and decision.latency_ratio <= 1.3
+    assert not hasattr(out[False][0], "accuracy_auto")
+
+
+def test_decision_is_recorded_and_rebuilds_without_calibrating(builds):
+    graph_def, _, out = builds
+    conv, graph_npu, tmp = out[True]
+    assert conv.quantized_ir().meta["accuracy_auto"]["settings"] == conv.accuracy_auto.settings
+    rebuilt = conv.built_config
+    assert rebuilt["accuracy_auto"] is False
+    stats_before = sorted(os.listdir(tmp / "ratel_stats")) if (tmp / "ratel_stats").is_dir() else None
+    again = converter(graph_def, rebuilt).to_npu()
+    assert _engines(again) == _engines(graph_npu)
+    assert (sorted(os.listdir(tmp / "ratel_stats")) if stats_before is not None else None) == stats_before
+
+
+def test_decision_line_is_printed_once(tmp_path, capsys):
+    ratelnn.tf_init()
+    conv = converter(depthwise_loss_graph(), _config(tmp_path))
+    conv.calibrate(np.random.default_rng(1).normal(0, 1, (32, *SHAPE)).astype(np.float32), progress=False)
+    capsys.readouterr()
+    conv.to_quant()
+    conv.to_npu()
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("accuracy_auto:")]
+    assert len(lines) == 1 and "predicted latency" in lines[0] and "reproduce" in lines[0]
+
+
+def test_auto_off_is_plain_int8(builds):
+    """accuracy_auto=False checks nothing and records no decision."""
+    _, _, out = builds
+    conv = out[False][0]
+    assert "accuracy_auto" not in conv.quantized_ir().meta
+
+
+def test_good_model_keeps_plain_build_after_one_check(tmp_path):
+    """A small convolutional graph int8 already reproduces: checked once, nothing changed."""
+    ratelnn.tf_init()
+    graph_def = small_graph_def()
+    config = {"input_nodes": ["x"], "output_nodes": ["prob"], "input_shapes": [[4, 8, 8, 3]],
+              "output_dir": str(tmp_path / "auto")}
+    data = np.random.default_rng(0).uniform(0, 1, (32, 8, 8, 3)).astype(np.float32)
+    conv = converter(graph_def, config)
+    conv.calibrate(data, progress=False)
+    npu = conv.to_npu()
+    decision = conv.accuracy_auto
+    assert decision.cosine_before >= 0.99 and decision.settings == {} and "kept" in decision.note
+    plain = converter(graph_def, dict(config, accuracy_auto=False)).to_npu()
+    assert _engines(npu) == _engines(plain)
+
+
+def test_latency_budget_bounds_the_int16_remedy(tmp_path):
+    """With the budget at the all-int8 latency no layer may move to int16; a budget below it is
+    a ConfigError naming the key."""
+    ratelnn.tf_init()
+    conv = converter(depthwise_loss_graph(), _config(tmp_path, accuracy_auto_latency_ratio=1.0))
+    conv.calibrate(np.random.default_rng(1).normal(0, 1, (32, *SHAPE)).astype(np.float32), progress=False)
+    conv.to_npu()
+    decision = conv.accuracy_auto
+    assert decision.cosine_before < 0.99
+    assert not any(e["data_type"] == "int16" for e in decision.settings.get("layer_configs", []))
+    with pytest.raises(ratelnn.config.ConfigError, match="accuracy_auto_latency_ratio"):
+        converter(depthwise_loss_graph(), _config(tmp_path, accuracy_auto_latency_ratio=0.9))
