@@ -65,3 +65,12 @@ def fashion_cnn(request, fashion_mnist):
     (x_train, y_train), _ = fashion_mnist
     cache_dir = request.config.cache.mkdir("ratelnn-models")
     return cached_fashion_cnn(cache_dir, x_train, y_train)
+
+
+@pytest.fixture(scope="session")
+def mx():
+    """MXNet with ratelnn's ops loaded (``ratelnn.mx_init``)."""
+    import ratelnn
+    ratelnn.mx_init()
+    from ratelnn.mxnet_compat import import_mxnet
+    return import_mxnet()

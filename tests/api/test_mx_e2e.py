@@ -30,13 +30,6 @@ CAL_BATCHES, CAL_BATCH = 10, 32
 
 
 @pytest.fixture(scope="module")
-def mx():
-    ratelnn.mx_init()
-    from ratelnn.mxnet_compat import import_mxnet
-    return import_mxnet()
-
-
-@pytest.fixture(scope="module")
 def data(fashion_mnist):
     (x_train, y_train), (x_test, y_test) = fashion_mnist
     return to_nchw(x_train), y_train, to_nchw(x_test), y_test

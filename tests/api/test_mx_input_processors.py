@@ -16,13 +16,6 @@ BATCH = 32
 
 
 @pytest.fixture(scope="module")
-def mx():
-    ratelnn.mx_init()
-    from ratelnn.mxnet_compat import import_mxnet
-    return import_mxnet()
-
-
-@pytest.fixture(scope="module")
 def patches(mx):
     """``(model, output name, (x_train, y_train), (x_test, y_test))``."""
     from ratelnn.testing.photo_patches import photo_patches, trained_patch_cnn_mx

@@ -16,13 +16,6 @@ BATCH = 2
 
 
 @pytest.fixture(scope="module")
-def mx():
-    ratelnn.mx_init()
-    from ratelnn.mxnet_compat import import_mxnet
-    return import_mxnet()
-
-
-@pytest.fixture(scope="module")
 def tf_ops():
     return ratelnn.tf_init()
 

@@ -18,13 +18,6 @@ COMPILED_BATCH = 2
 CONV_CYCLES, MEAN_CYCLES = 3000, 700   # per instruction, at the compiled batch
 
 
-@pytest.fixture(scope="module")
-def mx():
-    ratelnn.mx_init()
-    from ratelnn.mxnet_compat import import_mxnet
-    return import_mxnet()
-
-
 @pytest.fixture
 def no_devices_env(monkeypatch):
     monkeypatch.delenv(ENV_DEVICES, raising=False)

@@ -30,13 +30,6 @@ SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3.4e38, -3.4e38, 1e-45, 
                    np.float32)
 
 
-@pytest.fixture(scope="session")
-def mx():
-    ratelnn.mx_init()
-    from ratelnn.mxnet_compat import import_mxnet
-    return import_mxnet()
-
-
 def carried(expected: np.ndarray) -> np.ndarray:
     """MXNet carries int16 as int32 (docs/mxnet.md)."""
     return expected.astype(np.int32) if expected.dtype == np.int16 else expected
