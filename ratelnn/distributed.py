@@ -43,9 +43,9 @@ FORWARDED_ENV = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
 
 # ------------------------------------------------------------------ models on the wire
 def serialize_model(framework: str, model: Any) -> bytes:
-    """A calibration model as bytes: a TF GraphDef's serialization, or for MXNet the
-    pickled ``(symbol JSON, arg params, aux params)`` with numpy parameters."""
-    if framework == "tensorflow":
+    """A calibration model as bytes: a TF GraphDef's or an ONNX ModelProto's serialization,
+    or for MXNet the pickled ``(symbol JSON, arg params, aux params)`` with numpy parameters."""
+    if framework in ("tensorflow", "onnx"):
         return model.SerializeToString()
     import pickle
     symbol, args, aux = model
@@ -114,6 +114,31 @@ class _MXModel:
         return MXRunner(model), self.output_nodes + [name for name, _ in self.recorders]
 
 
+class _ONNXModel:
+    """A serialized ONNX calibration model, re-targeted at a private output_dir per shard."""
+
+    def __init__(self, data: bytes, output_nodes: Sequence[str]) -> None:
+        from .frontend.onnx.model_io import DOMAIN, import_onnx, node_attrs
+        self.model = import_onnx().ModelProto.FromString(data)
+        self.output_nodes = list(output_nodes)
+        # every RatelMinMax records at each run of ratelnn.onnx_session; its output is its input
+        self.recorders = [(n.output[0], node_attrs(n)["tensor_name"].decode()) for n in self.model.graph.node
+                          if n.domain == DOMAIN and n.op_type == "RatelMinMax"]
+
+    def runner(self, output_dir: str):
+        from .frontend.onnx.model_io import DOMAIN
+        from .frontend.onnx.session import ONNXRunner
+        model = type(self.model)()
+        model.CopyFrom(self.model)
+        for node in model.graph.node:
+            if node.domain == DOMAIN and node.op_type == "RatelMinMax":
+                next(a for a in node.attribute if a.name == "output_dir").s = output_dir.encode()
+        return ONNXRunner(model), self.output_nodes + [name for name, _ in self.recorders]
+
+
+_MODELS = {"tensorflow": _TFModel, "mxnet": _MXModel, "onnx": _ONNXModel}
+
+
 # ------------------------------------------------------------------ the worker (a Ray actor)
 class CalibrationWorker:
     """Runs shards of a calibration in one process (wrapped by ``ray.remote``)."""
@@ -126,10 +151,7 @@ class CalibrationWorker:
             os.environ["TF_NUM_INTEROP_THREADS"] = "1"
         from . import oplib
         self.framework = framework
-        if framework == "tensorflow":
-            oplib.tf_init()
-        else:
-            oplib.mx_init()
+        {"tensorflow": oplib.tf_init, "mxnet": oplib.mx_init, "onnx": oplib.ort_init}[framework]()
         self.model_key: Optional[str] = None
         self.model: Any = None
         self.session: Any = None   # (model key, runner, fetches, output_dir)
@@ -142,7 +164,7 @@ class CalibrationWorker:
         if key != self.model_key:
             import ray
             data = ray.get(model_ref[0])
-            self.model = (_TFModel if self.framework == "tensorflow" else _MXModel)(data, output_nodes)
+            self.model = _MODELS[self.framework](data, output_nodes)
             self.model_key = key
 
     def _batches(self, payload: Dict[str, Any]) -> Iterator[Dict[str, np.ndarray]]:

@@ -170,6 +170,7 @@ def test_run_and_inspect_read_the_onnx_forms(digits, built, tmp_path):
     want = ratelnn.onnx_session(onnx.load(str(npu))).run(["probs"], {"images": digits["x"][TRAIN:]})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "probs.npy"), want)
     assert "device time (cost model): " in out and "per batch of 497" in out
+    assert "device time (recorded): " in out and "1 engine runs, 497 samples" in out
     code, out, err = _call(["inspect", str(npu)])
     assert code == 0, err
     assert "onnx compiled model" in out and "engines (1):" in out and "digits_engine_0" in out
