@@ -10,8 +10,10 @@ import numpy as np
 TRAIN = 1300
 
 
+@functools.lru_cache(maxsize=1)
 def trained_digits_cnn():
-    """A Keras CNN trained briefly on the 8x8 digits; ``(model, x NCHW float32, labels)``."""
+    """A Keras CNN trained briefly on the 8x8 digits, once per process; ``(model, x NCHW
+    float32 [1797,1,8,8], labels)``."""
     import keras
     from keras import layers
     from sklearn.datasets import load_digits
@@ -52,9 +54,7 @@ def digits_as_onnx(weights):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@functools.lru_cache(maxsize=1)
 def trained_digits_onnx():
-    """``(onnx model, x NCHW float32 [1797,1,8,8], labels)`` of :func:`trained_digits_cnn`,
-    trained once per process."""
+    """``(onnx model, x, labels)`` of :func:`trained_digits_cnn`."""
     keras_model, x, y = trained_digits_cnn()
     return digits_as_onnx([layer.get_weights() for layer in keras_model.layers if layer.get_weights()]), x, y
