@@ -17,6 +17,8 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
+from .registry import NCHW_FRAMEWORKS, model_file_names
+
 SEED = 0
 
 
@@ -34,14 +36,12 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def cached_build(workdir, name: str, framework: str, input_shapes, make: Callable[[Path], None],
                  weights: str = "") -> List[Path]:
-    """The model files of ``name`` in ``workdir`` (TF ``<name>.pb``; MXNet
-    ``<name>-symbol.json`` + ``<name>-0000.params``): reused when the stamp says they were
+    """The model files of ``name`` in ``workdir`` (:func:`agraph.registry.model_file_names`): reused when the stamp says they were
     built for ``input_shapes`` (and ``weights``, a digest of the weights file loaded), else
     written by ``make(workdir)`` and stamped."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    files = ([workdir / f"{name}.pb"] if framework == "tensorflow"
-             else [workdir / f"{name}-symbol.json", workdir / f"{name}-0000.params"])
+    files = [workdir / f for f in model_file_names(name, framework)]
     stamp = workdir / f"{name}.shapes.json"
     wanted = json.dumps([list(s) for s in input_shapes] + ([weights] if weights else []))
     if all(f.is_file() for f in files) and stamp.is_file() and stamp.read_text() == wanted:
@@ -145,9 +145,9 @@ def gluon_model_zoo(mx, name: str, side: int, weights_file: Optional[Path] = Non
 
 # ---------------------------------------------------------------- input shapes
 def side_of(input_shapes, framework: str) -> int:
-    """Image side of the first input shape (TF NHWC, MXNet NCHW)."""
+    """Image side of the first input shape (TF NHWC, MXNet and ONNX NCHW)."""
     shape = input_shapes[0]
-    return int(shape[2] if framework == "mxnet" else shape[1])
+    return int(shape[2] if framework in NCHW_FRAMEWORKS else shape[1])
 
 
 def fixed_shapes(name: str, shapes, input_shapes):

@@ -8,8 +8,8 @@ folder and returns one :class:`Violation` per broken rule, each with its own mes
    INPUTS, OUTPUTS, INPUT_SHAPES, TEST_INPUT_SHAPES, build(), preprocess() with valid values.
 4. eval.py: ``evaluate(run, dataset, stage, *, limit=None, batch_size=32, reference=None)``,
    exactly, returning a ModelMetrics.
-5. model files: named after the model, ``<name>.pb`` or ``<name>-symbol.json`` +
-   ``<name>-0000.params``, in the folder and as build() writes them.
+5. model files: named after the model, ``<name>.pb``, ``<name>-symbol.json`` +
+   ``<name>-0000.params`` or ``<name>.onnx``, in the folder and as build() writes them.
 6. dataset: DATASET is registered (the zoo's, or the folder's ``dataset.json``), packed as a
    ``.tar``/``.tgz``, present and intact under AGRAPH_DATA_DIR.
 7. run: build() and evaluate() on 2 samples at fp32 work and give a ModelMetrics of this
@@ -103,9 +103,9 @@ def _plain(signature: inspect.Signature) -> str:
 
 
 def _check_model_files(folder: Path, name: str) -> List[Violation]:
-    allowed = {f"{name}.pb", f"{name}-symbol.json", f"{name}-0000.params"}
+    allowed = {f"{name}.pb", f"{name}-symbol.json", f"{name}-0000.params", f"{name}.onnx"}
     return [Violation(5, f"{f.name} is a model file not named after the model (expected "
-                         f"{name}.pb or {name}-symbol.json + {name}-0000.params)")
+                         f"{name}.pb, {name}-symbol.json + {name}-0000.params or {name}.onnx)")
             for f in sorted(folder.iterdir())
             if f.is_file() and f.name.endswith(MODEL_SUFFIXES) and f.name not in allowed]
 

@@ -34,13 +34,14 @@ from .store import Store
 CALIBRATION_SAMPLES = 256
 BATCH_SIZE = 32
 ENGINE_OPS = ("RatelEngineOp", "_ratel_engine_op", "ratel_engine_op")
-QUANT_OPS = ("RatelQuant", "_ratel_quant", "ratel_quant")
+QUANT_OPS = ("RatelQuant", "_ratel_quant", "ratel_quant", "QuantizeLinear")
 
 
 @dataclasses.dataclass
 class Model:
-    """A zoo model at one stage: ``graph`` is a GraphDef (TensorFlow) or ``(symbol,
-    arg_params, aux_params)`` (MXNet); ``files`` its files in the store."""
+    """A zoo model at one stage: ``graph`` is a GraphDef (TensorFlow), ``(symbol,
+    arg_params, aux_params)`` (MXNet) or an ``onnx.ModelProto`` (ONNX); ``files`` its files
+    in the store."""
 
     entry: registry.ModelEntry
     stage: str
@@ -71,7 +72,9 @@ class Model:
 
 
 def _init(framework: str) -> None:
-    (ratelnn.tf_init if framework == "tensorflow" else ratelnn.mx_init)()
+    """Load the framework's op library (ONNX: ``ratelnn.onnx_session`` loads its own)."""
+    if framework != "onnx":
+        (ratelnn.tf_init if framework == "tensorflow" else ratelnn.mx_init)()
 
 
 def _entry(name_or_model) -> registry.ModelEntry:
@@ -101,23 +104,24 @@ def _key(entry: registry.ModelEntry, stage: str, size: str, options: Dict[str, A
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def model_file_names(name: str, framework: str) -> List[str]:
-    """The FP32 files a model must have, named after it (rule 5)."""
-    return [f"{name}.pb"] if framework == "tensorflow" else [f"{name}-symbol.json", f"{name}-0000.params"]
+model_file_names = registry.model_file_names
 
 
 def _read(framework: str, files: Sequence[Path]) -> Any:
     if framework == "tensorflow":
         from ratelnn.frontend.tensorflow.model_io import read_graphdef
         return read_graphdef(str(files[0]))
+    if framework == "onnx":
+        from ratelnn.frontend.onnx.model_io import import_onnx
+        return import_onnx().load(str(files[0]))
     from ratelnn.frontend.mxnet.model_io import load_checkpoint
     (symbol,) = [str(f) for f in files if str(f).endswith("-symbol.json")]
     return load_checkpoint(symbol[: -len("-symbol.json")])
 
 
 def _write(framework: str, graph: Any, folder: Path, base: str) -> List[Path]:
-    if framework == "tensorflow":
-        path = folder / f"{base}.pb"
+    if framework in ("tensorflow", "onnx"):
+        (path,) = [folder / f for f in model_file_names(base, framework)]
         path.write_bytes(graph.SerializeToString(deterministic=True))
         return [path]
     from ratelnn.frontend.mxnet.model_io import save_model
@@ -188,11 +192,18 @@ def converter_config(model: Model, batch_size: int = BATCH_SIZE,
 
 def converter(model: Model, batch_size: int = BATCH_SIZE, config: Optional[Dict[str, Any]] = None):
     """The ``ratelnn`` converter of an FP32 model (:func:`converter_config`)."""
-    if model.entry.framework == "tensorflow":
-        from ratelnn.frontend.tensorflow import converter as make
+    return framework_converter(model.entry.framework)(model.graph, converter_config(model, batch_size, config))
+
+
+def framework_converter(framework: str):
+    """``converter`` of the ratelnn frontend of ``framework``."""
+    if framework == "tensorflow":
+        from ratelnn.frontend.tensorflow import converter
+    elif framework == "onnx":
+        from ratelnn.frontend.onnx import converter
     else:
-        from ratelnn.frontend.mxnet import converter as make
-    return make(model.graph, converter_config(model, batch_size, config))
+        from ratelnn.frontend.mxnet import converter
+    return converter
 
 
 def _options(calibration_samples: int, batch_size: int, config: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -282,9 +293,12 @@ def npu_figures(graph_npu: Any) -> Dict[str, Any]:
 
 
 def stage_of(framework: str, graph: Any) -> str:
-    """"npu" if ``graph`` holds engines, "quant" if it holds Quant ops, else "fp32"."""
+    """"npu" if ``graph`` holds engines, "quant" if it holds Quant ops (an ONNX model:
+    ``QuantizeLinear``), else "fp32"."""
     if framework == "tensorflow":
         ops = {n.op for n in graph.node}
+    elif framework == "onnx":
+        ops = {n.op_type for n in graph.graph.node}
     else:
         ops = {n["op"] for n in json.loads(graph[0].tojson())["nodes"]}
     if ops & set(ENGINE_OPS):

@@ -5,6 +5,8 @@ from typing import Iterable
 
 import numpy as np
 
+from .registry import NCHW_FRAMEWORKS
+
 
 def _resize(image: np.ndarray, side: int) -> np.ndarray:
     """uint8 image [H, W] or [H, W, C] -> float32 [side, side(, C)], bilinear (PIL)."""
@@ -41,9 +43,9 @@ def photo_pixels(samples: Iterable[np.ndarray], side: int) -> np.ndarray:
 
 
 def to_framework(x: np.ndarray, framework: str) -> np.ndarray:
-    """NHWC float batch -> float32 in the framework layout (MXNet: NCHW)."""
+    """NHWC float batch -> float32 in the framework layout (MXNet, ONNX: NCHW)."""
     x = np.asarray(x, np.float32)
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if framework == "mxnet" else x
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if framework in NCHW_FRAMEWORKS else x
 
 
 def mtcnn_input(samples: np.ndarray, side: int, framework: str) -> np.ndarray:

@@ -16,8 +16,9 @@ _models: Dict[str, Any] = {}  # per worker process: model bytes hash -> framewor
 
 
 def serialize(framework: str, model: Any) -> bytes:
-    """A TF GraphDef's bytes, or a pickled ``(symbol JSON, arg, aux)`` of numpy arrays."""
-    if framework == "tensorflow":
+    """A TF GraphDef's or an ONNX ModelProto's bytes, or a pickled ``(symbol JSON, arg,
+    aux)`` of numpy arrays."""
+    if framework in ("tensorflow", "onnx"):
         return model.SerializeToString()
     symbol, args, aux = model
     return pickle.dumps((symbol.tojson(), {k: v.asnumpy() for k, v in args.items()},
@@ -32,6 +33,9 @@ def deserialize(framework: str, data: bytes) -> Any:
         import tensorflow as tf
         ratelnn.tf_init()
         return tf.compat.v1.GraphDef.FromString(data)
+    if framework == "onnx":   # ratelnn.onnx_session loads the ONNX Runtime op library itself
+        from ratelnn.frontend.onnx.model_io import import_onnx
+        return import_onnx().ModelProto.FromString(data)
     from ratelnn.mxnet_compat import import_mxnet
     mx = import_mxnet()
     ratelnn.mx_init()

@@ -22,7 +22,9 @@ ZOO_DIR = Path(__file__).resolve().parent / "models"
 # the code the model folders share: part of every folder's source_hash
 SHARED_SOURCES = tuple(Path(__file__).resolve().parent / f for f in ("kinds.py", "builders.py", "inputs.py",
                                                                       "shipped.py", "weights.py"))
-FRAMEWORKS = ("tensorflow", "mxnet")
+FRAMEWORKS = ("tensorflow", "mxnet", "onnx")
+# frameworks whose image inputs are NCHW (TensorFlow takes NHWC)
+NCHW_FRAMEWORKS = ("mxnet", "onnx")
 WEIGHT_SOURCES = ("trained", "shipped", "imagenet", "random")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 MIN_NAME_LENGTH = 6
@@ -78,6 +80,16 @@ class ModelEntry:
         for shared in SHARED_SOURCES:
             h.update(shared.name.encode() + b"\0" + shared.read_bytes() + b"\0")
         return h.hexdigest()
+
+
+def model_file_names(name: str, framework: str) -> List[str]:
+    """The FP32 files a model must have, named after it (rule 5): TensorFlow ``<name>.pb``,
+    MXNet ``<name>-symbol.json`` + ``<name>-0000.params``, ONNX ``<name>.onnx``."""
+    if framework == "tensorflow":
+        return [f"{name}.pb"]
+    if framework == "onnx":
+        return [f"{name}.onnx"]
+    return [f"{name}-symbol.json", f"{name}-0000.params"]
 
 
 def valid_name(name: str) -> Optional[str]:

@@ -13,12 +13,16 @@ Run = Callable[[List[np.ndarray]], List[np.ndarray]]
 
 
 def load_fp32(model, files: List[Path]):
-    """The FP32 model ``build()`` wrote: a GraphDef or an MXNet (symbol, arg, aux)."""
+    """The FP32 model ``build()`` wrote: a GraphDef, an MXNet (symbol, arg, aux) or an ONNX
+    ModelProto."""
     if model.FRAMEWORK == "tensorflow":
         import tensorflow as tf
         graph_def = tf.compat.v1.GraphDef()
         graph_def.ParseFromString(files[0].read_bytes())
         return graph_def
+    if model.FRAMEWORK == "onnx":
+        from ratelnn.frontend.onnx.model_io import import_onnx
+        return import_onnx().load(str(files[0]))
     from ratelnn.mxnet_compat import import_mxnet
     mx = import_mxnet()
     return mx.model.load_checkpoint(str(files[0]).rsplit("-symbol.json", 1)[0], 0)
@@ -40,10 +44,8 @@ def stages(model, workdir: Path, calibration: np.ndarray, input_shapes=None,
     (all of it, one batch) with the model's optional ``CONVERTER_CONFIG`` (unless
     ``model_config`` is False: the converter defaults), quantize and compile:
     ``{"fp32", "quant", "npu"}`` -> run; also ``"seconds"`` -> {step: wall seconds}."""
-    if model.FRAMEWORK == "tensorflow":
-        from ratelnn.frontend.tensorflow import converter
-    else:
-        from ratelnn.frontend.mxnet import converter
+    from .flow import framework_converter
+    converter = framework_converter(model.FRAMEWORK)
     shapes = input_shapes or model.INPUT_SHAPES
     seconds = {}
     start = time.time()

@@ -31,19 +31,47 @@ def cached_keras(name: str, key: str, train: Callable[[], object]):
     return cached_keras_model(paths.weights_dir() / f"{name}-{key}.keras", train)
 
 
+def _through_cache(cache_name: str, write: Callable[[Path], object], path: os.PathLike) -> Path:
+    """Copy the weights-cache file ``cache_name`` to ``path``, first made by ``write(file)``
+    if it is not there."""
+    import shutil
+
+    folder = paths.weights_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    cached = folder / cache_name
+    if not cached.is_file():
+        write(cached)
+    shutil.copyfile(cached, path)
+    return Path(path)
+
+
 def cached_frozen(name: str, key: str, keras_model: Callable[[], object], output_name: str,
                   path: os.PathLike) -> Path:
     """Write the frozen GraphDef of the Keras model ``keras_model()`` (see :func:`freeze_to_pb`)
     to ``path``, through the cache file ``<name>-<key>.pb`` in the weights cache: a second
     build copies those bytes without loading Keras."""
-    import shutil
+    return _through_cache(f"{name}-{key}.pb", lambda f: freeze_to_pb(keras_model(), f, output_name), path)
 
-    folder = paths.weights_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    cached = folder / f"{name}-{key}.pb"
-    if not cached.is_file():
-        freeze_to_pb(keras_model(), cached, output_name)
-    shutil.copyfile(cached, path)
+
+def cached_onnx(name: str, key: str, keras_model: Callable[[], object], output_name: str,
+                path: os.PathLike) -> Path:
+    """Write the ONNX export of the Keras model ``keras_model()`` (see :func:`export_onnx`) to
+    ``path``, through the cache file ``<name>-<key>.onnx`` in the weights cache."""
+    return _through_cache(f"{name}-{key}.onnx", lambda f: export_onnx(keras_model(), f, output_name), path)
+
+
+def export_onnx(model, path: os.PathLike, output_name: str) -> Path:
+    """Write the single-input Keras ``model`` as ONNX (tf2onnx, input NCHW, batch dimension
+    open: ``ratelnn.testing.keras_to_onnx``) to ``path``, its output tensor renamed
+    ``output_name``."""
+    from ratelnn.fileio import write_atomic
+    from ratelnn.testing import keras_to_onnx
+
+    proto, _, output = keras_to_onnx(model, nchw=True)
+    for node in proto.graph.node:
+        node.output[:] = [output_name if t == output else t for t in node.output]
+    proto.graph.output[0].name = output_name
+    write_atomic(path, proto.SerializeToString(deterministic=True))
     return Path(path)
 
 

@@ -37,15 +37,17 @@ import numpy as np
 
 from .errors import CalibrationError, DistributedError
 
+# the ONNX domain of ratelnn's custom ops (docs/onnx.md)
+ONNX_DOMAIN = "ratelnn"
 # environment the driver passes to its workers (read before TensorFlow is imported there)
 FORWARDED_ENV = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
 
 
 # ------------------------------------------------------------------ models on the wire
 def serialize_model(framework: str, model: Any) -> bytes:
-    """A calibration model as bytes: a TF GraphDef's serialization, or for MXNet the
-    pickled ``(symbol JSON, arg params, aux params)`` with numpy parameters."""
-    if framework == "tensorflow":
+    """A calibration model as bytes: a TF GraphDef's or an ONNX ModelProto's serialization,
+    or for MXNet the pickled ``(symbol JSON, arg params, aux params)`` with numpy parameters."""
+    if framework in ("tensorflow", "onnx"):
         return model.SerializeToString()
     import pickle
     symbol, args, aux = model
@@ -76,15 +78,14 @@ class _TFModel:
         self.recorders = [(n.name, n.attr["tensor_name"].s.decode()) for n in self.graph_def.node
                           if n.op == "RatelMinMax" and n.name in live]
 
-    def runner(self, output_dir: str):
+    def runner(self, output_dir: str, runner_class: Any):
         import tensorflow as tf
-        from .runners import TFRunner
         graph_def = tf.compat.v1.GraphDef()
         graph_def.CopyFrom(self.graph_def)
         for node in graph_def.node:
             if node.op == "RatelMinMax":
                 node.attr["output_dir"].s = output_dir.encode()
-        return TFRunner(graph_def), self.output_nodes + [name for name, _ in self.recorders]
+        return runner_class(graph_def), self.output_nodes + [name for name, _ in self.recorders]
 
 
 class _MXModel:
@@ -99,10 +100,9 @@ class _MXModel:
         self.recorders = [(n["name"], n.get("attrs", {}).get("tensor_name", n["name"]))
                           for n in nodes if n["op"] == "ratel_minmax"]
 
-    def runner(self, output_dir: str):
+    def runner(self, output_dir: str, runner_class: Any):
         import json
         from .mxnet_compat import import_mxnet
-        from .runners import MXRunner
         mx = import_mxnet()
         document = json.loads(self.symbol_json)
         for node in document["nodes"]:
@@ -111,14 +111,43 @@ class _MXModel:
         symbol = mx.sym.load_json(json.dumps(document))
         model = (symbol, {k: mx.nd.array(v) for k, v in self.args.items()},
                  {k: mx.nd.array(v) for k, v in self.aux.items()})
-        return MXRunner(model), self.output_nodes + [name for name, _ in self.recorders]
+        return runner_class(model), self.output_nodes + [name for name, _ in self.recorders]
+
+
+class _ONNXModel:
+    """A serialized ONNX calibration model, re-targeted at a private output_dir per shard."""
+
+    def __init__(self, data: bytes, output_nodes: Sequence[str]) -> None:
+        from .frameworks import import_framework
+        self.model = import_framework("onnx").ModelProto.FromString(data)
+        self.output_nodes = list(output_nodes)
+        # every RatelMinMax records at each run of ratelnn.onnx_session; its output is its input
+        self.recorders = [(n.output[0], _string_attr(n, "tensor_name")) for n in self._minmax(self.model)]
+
+    @staticmethod
+    def _minmax(model: Any) -> List[Any]:
+        return [n for n in model.graph.node if n.domain == ONNX_DOMAIN and n.op_type == "RatelMinMax"]
+
+    def runner(self, output_dir: str, runner_class: Any):
+        model = type(self.model)()
+        model.CopyFrom(self.model)
+        for node in self._minmax(model):
+            next(a for a in node.attribute if a.name == "output_dir").s = output_dir.encode()
+        return runner_class(model), self.output_nodes + [name for name, _ in self.recorders]
+
+
+def _string_attr(node: Any, name: str) -> str:
+    return next(a.s for a in node.attribute if a.name == name).decode()
+
+
+_MODELS = {"tensorflow": _TFModel, "mxnet": _MXModel, "onnx": _ONNXModel}
 
 
 # ------------------------------------------------------------------ the worker (a Ray actor)
 class CalibrationWorker:
     """Runs shards of a calibration in one process (wrapped by ``ray.remote``)."""
 
-    def __init__(self, framework: str, threads: Optional[int], env: Mapping[str, str]) -> None:
+    def __init__(self, framework: str, threads: Optional[int], env: Mapping[str, str], runner_class: Any) -> None:
         os.environ.update(env)
         if threads:
             for key in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
@@ -126,10 +155,8 @@ class CalibrationWorker:
             os.environ["TF_NUM_INTEROP_THREADS"] = "1"
         from . import oplib
         self.framework = framework
-        if framework == "tensorflow":
-            oplib.tf_init()
-        else:
-            oplib.mx_init()
+        self.runner_class = runner_class   # unpickled by reference: its module is imported here
+        {"tensorflow": oplib.tf_init, "mxnet": oplib.mx_init, "onnx": oplib.ort_init}[framework]()
         self.model_key: Optional[str] = None
         self.model: Any = None
         self.session: Any = None   # (model key, runner, fetches, output_dir)
@@ -142,7 +169,7 @@ class CalibrationWorker:
         if key != self.model_key:
             import ray
             data = ray.get(model_ref[0])
-            self.model = (_TFModel if self.framework == "tensorflow" else _MXModel)(data, output_nodes)
+            self.model = _MODELS[self.framework](data, output_nodes)
             self.model_key = key
 
     def _batches(self, payload: Dict[str, Any]) -> Iterator[Dict[str, np.ndarray]]:
@@ -171,11 +198,11 @@ class CalibrationWorker:
                 if self.session is not None:
                     self.session[1].close()
                 output_dir = os.path.join(self.root, "model")
-                self.session = (key, *self.model.runner(output_dir), output_dir)
+                self.session = (key, *self.model.runner(output_dir, self.runner_class), output_dir)
             _, runner, fetches, output_dir = self.session
         else:  # an op library that cannot drop statistics: a directory and session per shard
             output_dir = os.path.join(self.root, f"shard-{shard}-{attempt}")
-            runner, fetches = self.model.runner(output_dir)
+            runner, fetches = self.model.runner(output_dir, self.runner_class)
         recorders = self.model.recorders
         first = len(fetches) - len(recorders)
         ranges: Dict[str, List[Tuple[float, float]]] = {t: [] for _, t in recorders}
@@ -300,7 +327,8 @@ class RayExecutor:
     def _new_actor(self):
         remote = self.ray.remote(CalibrationWorker).options(num_cpus=self.threads, max_restarts=0)
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-        return remote.remote(self.framework, self.threads, env)
+        from .runners import runner_class
+        return remote.remote(self.framework, self.threads, env, runner_class(self.framework))
 
     def _ensure_actors(self, framework: str) -> None:
         if self.framework != framework:

@@ -229,5 +229,16 @@ def ort_init() -> ctypes.CDLL:
                                                  ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int,
                                                  ctypes.c_char_p, ctypes.c_size_t]
             lib.ratelnn_ort_quantize.restype = ctypes.c_int
+            lib.ratelnn_ort_engine_timer_create.argtypes = [ctypes.POINTER(ctypes.c_char_p),
+                                                            ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
+                                                            ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
+                                                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+                                                            ctypes.c_size_t]
+            lib.ratelnn_ort_engine_timer_create.restype = ctypes.c_int
+            lib.ratelnn_ort_engine_timer_record.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
+                                                            ctypes.c_size_t]
+            lib.ratelnn_ort_engine_timer_record.restype = ctypes.c_int
+            lib.ratelnn_ort_engine_timer_free.argtypes = [ctypes.c_void_p]
+            lib.ratelnn_ort_engine_timer_free.restype = None
             _ort_library = lib
         return _ort_library

@@ -154,16 +154,23 @@ def register_runner(framework: str, runner_class: Any) -> None:
 _cache: "collections.OrderedDict[int, Tuple[Any, Any]]" = collections.OrderedDict()
 
 
-def runner_for(framework: str, model: Any):
-    """The cached runner of ``model`` (a TFRunner or MXRunner), created on first use."""
+def runner_class(framework: str) -> Any:
+    """The class whose instances run ``framework``'s models (TFRunner, MXRunner, the ONNX
+    frontend's runner once that frontend is imported)."""
     if framework not in _RUNNER_CLASSES:
         raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    return _RUNNER_CLASSES[framework]
+
+
+def runner_for(framework: str, model: Any):
+    """The cached runner of ``model`` (a TFRunner or MXRunner), created on first use."""
+    make = runner_class(framework)
     key = id(model)
     entry = _cache.get(key)
     if entry is not None and entry[0] is model:
         _cache.move_to_end(key)
         return entry[1]
-    runner = _RUNNER_CLASSES[framework](model)
+    runner = make(model)
     _cache[key] = (model, runner)
     while len(_cache) > CACHE_SIZE:
         _, (_, old) = _cache.popitem(last=False)

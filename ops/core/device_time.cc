@@ -1,5 +1,5 @@
 // The local devices, the placement check and the device-time account shared by the
-// TensorFlow and MXNet engine ops (see device_time.h).
+// TensorFlow, MXNet and ONNX Runtime engine ops (see device_time.h).
 #include "core/device_time.h"
 
 #include "core/npu_batch.h"

@@ -4,7 +4,10 @@
 // statistics go through the same scan (SummarizeBatch) and the same process-wide store
 // (StatsStore) as TensorFlow's and MXNet's RatelMinMax, so the files in output_dir are the
 // same (docs/statistics.md); RatelQuant is the same loop (QuantizeUnits) as their
-// ratel_quant.  Engines run through the C API of the native executor (ops/capi/npu_capi.cc).
+// ratel_quant.  Engines run through the C API of the native executor (ops/capi/npu_capi.cc);
+// each RatelEngineOp node has an engine timer here that records its runs' predicted device
+// time in this library's account (DeviceTimeRecorder, ops/core/device_time.h), as the
+// TensorFlow and MXNet engine ops record theirs.
 //
 // Every function returns 0 on success; on failure it returns -1 and writes a NUL-terminated
 // message naming the tensor into err[0 .. err_len).  No C++ exception crosses this boundary.
@@ -17,7 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "core/device_time.h"
 #include "core/minmax.h"
+#include "core/npu_batch.h"
+#include "core/npu_engine.h"
 #include "core/npu_threads.h"
 #include "core/quant.h"
 #include "core/stats_store.h"
@@ -127,6 +133,48 @@ __attribute__((visibility("default"))) int ratelnn_ort_quantize(
   } catch (...) {
     return report("RatelQuant: unknown error", err, err_len);
   }
+}
+
+// Makes the device-time recorder of one RatelEngineOp node: `count` engine byte strings
+// (attr `engine`, then `batch_engines`), its `engine_name`, `device_id` and number of cores.
+// The engines are decoded and checked as the engine ops do, then dropped: the recorder keeps
+// only their batch sizes and cycles.  *timer is freed by ratelnn_ort_engine_timer_free.
+__attribute__((visibility("default"))) int ratelnn_ort_engine_timer_create(
+    const uint8_t* const* engines, const int64_t* sizes, int count, const char* engine_name,
+    int64_t device_id, int64_t num_cores, void** timer, char* err, size_t err_len) {
+  const std::string name = engine_name ? engine_name : "";
+  try {
+    if (count < 1) return report("engine '" + name + "': no engine bytes", err, err_len);
+    std::vector<ratelnn::npu::Engine> decoded;
+    decoded.reserve(size_t(count));  // set points into it: no reallocation
+    std::vector<const ratelnn::npu::Engine*> set;
+    for (int k = 0; k < count; ++k) {
+      decoded.push_back(ratelnn::npu::decode_engine(engines[k], size_t(sizes[k]), name));
+      set.push_back(&decoded.back());
+    }
+    ratelnn::npu::check_engine_set(set, name);
+    *timer = new ratelnn::npu::DeviceTimeRecorder(set, name, device_id, num_cores);
+    return 0;
+  } catch (const std::exception& ex) {
+    return report(ex.what(), err, err_len);
+  } catch (...) {
+    return report("engine '" + name + "': unknown error", err, err_len);
+  }
+}
+
+// Records one run of `batch` samples (none for batch <= 0).
+__attribute__((visibility("default"))) int ratelnn_ort_engine_timer_record(void* timer, int64_t batch,
+                                                                           char* err, size_t err_len) {
+  try {
+    static_cast<const ratelnn::npu::DeviceTimeRecorder*>(timer)->record(batch);
+    return 0;
+  } catch (const std::exception& ex) {
+    return report(std::string("recording the device time: ") + ex.what(), err, err_len);
+  }
+}
+
+__attribute__((visibility("default"))) void ratelnn_ort_engine_timer_free(void* timer) {
+  delete static_cast<ratelnn::npu::DeviceTimeRecorder*>(timer);
 }
 
 }  // extern "C"

@@ -1,8 +1,9 @@
 """The device time engine runs recorded (docs/architecture.md §7): every run of a TensorFlow
-``RatelEngineOp`` or an MXNet ``ratel_engine_op`` adds the cycles its instructions predict
-(the compiler's ``cycles`` of one core at the compiled batch, scaled to the run's batch; a
-batch-split engine is timed on its busiest core) under its ``engine_name``, one account per
-op library (ops/core/device_time.cc); :func:`device_time` reads both.
+``RatelEngineOp``, an MXNet ``ratel_engine_op`` or an ONNX ``RatelEngineOp`` in
+``ratelnn.onnx_session`` adds the cycles its instructions predict (the compiler's ``cycles``
+of one core at the compiled batch, scaled to the run's batch; a batch-split engine is timed
+on its busiest core) under its ``engine_name``, one account per op library
+(ops/core/device_time.cc); :func:`device_time` reads them all.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class DeviceTime:
 
 
 def _loaded_op_libraries() -> List[ctypes.CDLL]:
-    """Handles on the op libraries (TensorFlow, MXNet) this process loaded."""
+    """Handles on the op libraries (TensorFlow, MXNet, ONNX Runtime) this process loaded."""
     libs = []
     for lib in oplib.loaded_libraries():
         if not hasattr(lib, "ratelnn_engine_time_count"):   # a library without the account
@@ -66,7 +67,7 @@ def _library_times(lib: ctypes.CDLL) -> Dict[str, DeviceTime]:
 
 
 def device_times() -> Dict[str, DeviceTime]:
-    """Recorded device time per engine name, for the engine ops (TensorFlow and MXNet) run
+    """Recorded device time per engine name, for the engine ops (TensorFlow, MXNet, ONNX) run
     in this process since start (or :func:`reset_device_time`).  Seconds use the clock of
     each engine's device."""
     times: Dict[str, DeviceTime] = {}

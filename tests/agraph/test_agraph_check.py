@@ -94,10 +94,10 @@ def test_model_py_values(agraph_session, tmp_path):
     folder = make_folder(tmp_path)
     text = (folder / "model.py").read_text()
     (folder / "model.py").write_text(text.replace('NAME = "digits_randfc_mx"', 'NAME = "digits_fc"')
-                                     .replace('FRAMEWORK = "mxnet"', 'FRAMEWORK = "onnx"'))
+                                     .replace('FRAMEWORK = "mxnet"', 'FRAMEWORK = "caffe"'))
     found = messages(folder)
     assert "rule 3 (model.py): NAME = 'digits_fc' differs from the folder name 'digits_randfc_mx'" in found
-    assert any(m.startswith("rule 3 (model.py): FRAMEWORK = 'onnx', expected one of") for m in found)
+    assert any(m.startswith("rule 3 (model.py): FRAMEWORK = 'caffe', expected one of") for m in found)
     (folder / "model.py").write_text(text.replace("TEST_INPUT_SHAPES = None", ""))
     assert messages(folder) == ["rule 3 (model.py): model.py does not define TEST_INPUT_SHAPES"]
     (folder / "model.py").write_text(text + "\nimport not_a_module_anywhere\n")
@@ -124,7 +124,8 @@ def test_model_files_not_named_after_the_model(agraph_session, tmp_path):
     (folder / "weights-0000.params").write_bytes(b"")
     assert messages(folder, static=True) == [
         "rule 5 (model files): weights-0000.params is a model file not named after the model (expected "
-        "digits_randfc_mx.pb or digits_randfc_mx-symbol.json + digits_randfc_mx-0000.params)"]
+        "digits_randfc_mx.pb, digits_randfc_mx-symbol.json + digits_randfc_mx-0000.params or "
+        "digits_randfc_mx.onnx)"]
     folder = make_folder(tmp_path / "b", file_name="net")
     found = messages(folder)
     assert found == ["rule 5 (model files): model 'digits_randfc_mx': build() wrote ['net-0000.params', "

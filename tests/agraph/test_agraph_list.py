@@ -1,5 +1,5 @@
 """``python -m agraph list``: every registered model with its framework and weight source;
-the zoo has 11 TensorFlow and 9 MXNet models (docs/agraph.md)."""
+the zoo has 11 TensorFlow, 9 MXNet and 1 ONNX models (docs/agraph.md)."""
 import json
 
 import pytest
@@ -10,7 +10,7 @@ from agraph import cli, registry
 pytestmark = pytest.mark.no_tf_math
 
 TRAINED = {"fashion_cnn_tf": "tensorflow", "digits_cnn_tf": "tensorflow",
-           "fashion_cnn_mx": "mxnet", "digits_cnn_mx": "mxnet"}
+           "fashion_cnn_mx": "mxnet", "digits_cnn_mx": "mxnet", "digits_cnn_onnx": "onnx"}
 
 
 def _agraph(capsys, *args):
@@ -28,12 +28,13 @@ def test_list_shows_every_model_with_its_weight_source(capsys, monkeypatch):
     assert all(r["zoo"] for r in rows)
     text = _agraph(capsys, "list")
     counts = registry.counts(registry.list_models())
-    assert f"tensorflow: {counts['tensorflow']}, mxnet: {counts['mxnet']}, total: {len(rows)}" in text
+    assert (f"tensorflow: {counts['tensorflow']}, mxnet: {counts['mxnet']}, onnx: {counts['onnx']}, "
+            f"total: {len(rows)}") in text
 
 
-def test_the_zoo_has_11_tensorflow_and_9_mxnet_models():
+def test_the_zoo_has_11_tensorflow_9_mxnet_and_1_onnx_models():
     zoo = [e for e in registry.list_models() if e.builtin]
-    assert registry.counts(zoo) == {"tensorflow": 11, "mxnet": 9}
+    assert registry.counts(zoo) == {"tensorflow": 11, "mxnet": 9, "onnx": 1}
 
 
 def test_eval_all_rewrites_only_the_table_between_the_markers(tmp_path):

@@ -16,57 +16,16 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("sklearn")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import ratelnn  # noqa: E402
 from ratelnn.cli import main  # noqa: E402
 from ratelnn.cli.build import check_build  # noqa: E402
 from ratelnn.cli.pulsar2 import apply_overrides, split_overrides  # noqa: E402
 from ratelnn.config import normalize  # noqa: E402
+from helpers.onnx_digits import TRAIN, digits_as_onnx, trained_digits_cnn  # noqa: E402
 
-TRAIN = 1300          # digits 0..1299 train the model; 1300.. (497) are held out
 CALIBRATION = 256     # the first training digits calibrate
 BATCH = 16
-
-
-def _trained_digits_cnn():
-    """A Keras CNN trained briefly on the 8x8 digits; ``(model, x NCHW float32, labels)``."""
-    import keras
-    from keras import layers
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    x = (digits.images / 16.0).astype(np.float32)[..., None]
-    keras.utils.set_random_seed(0)
-    inp = keras.Input((8, 8, 1))
-    h = layers.Conv2D(16, 3, padding="same", activation="relu")(inp)
-    h = layers.MaxPooling2D(2)(h)
-    h = layers.Conv2D(16, 3, padding="same", activation="relu")(h)
-    model = keras.Model(inp, layers.Softmax()(layers.Dense(10)(layers.Flatten()(h))))
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
-    model.fit(x[:TRAIN], digits.target[:TRAIN], epochs=8, batch_size=32, verbose=0)
-    return model, x.transpose(0, 3, 1, 2).copy(), digits.target
-
-
-def _as_onnx(weights):
-    """The CNN of the Keras ``weights`` ([(w1, b1), (w2, b2), (wd, bd)], Keras layouts) as an
-    NCHW ONNX graph with a free batch, built with onnx.helper."""
-    (w1, b1), (w2, b2), (wd, bd) = weights
-    oihw = lambda w: np.ascontiguousarray(w.transpose(3, 2, 0, 1))  # noqa: E731
-    wd = wd.reshape(4, 4, 16, 10).transpose(2, 0, 1, 3).reshape(256, 10)   # Keras flattens HWC, ONNX CHW
-    nodes = [helper.make_node("Conv", ["images", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("Flatten", ["r2"], ["f"]),
-             helper.make_node("Gemm", ["f", "wd", "bd"], ["logits"]),
-             helper.make_node("Softmax", ["logits"], ["probs"], axis=1)]
-    inits = {"w1": oihw(w1), "b1": b1, "w2": oihw(w2), "b2": b2, "wd": wd, "bd": bd}
-    graph = helper.make_graph(nodes, "digits",
-                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 1, 8, 8])],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 10])],
-                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _call(argv):
@@ -107,8 +66,8 @@ def digits(tmp_path_factory):
     """The trained model's Pulsar2 files (:func:`_pulsar2_files`), the labels and the
     held-out digits as ``held_out.npy``."""
     d = tmp_path_factory.mktemp("pulsar2")
-    keras_model, x, y = _trained_digits_cnn()
-    model = _as_onnx([layer.get_weights() for layer in keras_model.layers if layer.get_weights()])
+    keras_model, x, y = trained_digits_cnn()
+    model = digits_as_onnx([layer.get_weights() for layer in keras_model.layers if layer.get_weights()])
     float_probs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         ["probs"], {"images": x[TRAIN:TRAIN + 32]})[0]
     np.testing.assert_allclose(float_probs, keras_model.predict(x[TRAIN:TRAIN + 32].transpose(0, 2, 3, 1),
@@ -124,7 +83,7 @@ def untrained(tmp_path_factory):
     shapes = [((3, 3, 1, 16), (16,)), ((3, 3, 16, 16), (16,)), ((256, 10), (10,))]
     weights = [(rng.normal(size=w).astype(np.float32) * 0.3, np.zeros(b, np.float32)) for w, b in shapes]
     x = rng.uniform(size=(CALIBRATION, 1, 8, 8)).astype(np.float32)
-    return _pulsar2_files(tmp_path_factory.mktemp("pulsar2_bad"), _as_onnx(weights), x)
+    return _pulsar2_files(tmp_path_factory.mktemp("pulsar2_bad"), digits_as_onnx(weights), x)
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +129,7 @@ def test_run_and_inspect_read_the_onnx_forms(digits, built, tmp_path):
     want = ratelnn.onnx_session(onnx.load(str(npu))).run(["probs"], {"images": digits["x"][TRAIN:]})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "probs.npy"), want)
     assert "device time (cost model): " in out and "per batch of 497" in out
+    assert "device time (recorded): " in out and "1 engine runs, 497 samples" in out
     code, out, err = _call(["inspect", str(npu)])
     assert code == 0, err
     assert "onnx compiled model" in out and "engines (1):" in out and "digits_engine_0" in out

@@ -11,7 +11,8 @@ native code as the TensorFlow and MXNet ops:
   ``output_dir`` by the shared scan and statistics store (``ops/onnxruntime``), so the files
   are those of the other frameworks (docs/statistics.md);
 - ``RatelEngineOp`` (compiled model): the engine set runs on the native executor
-  (``ops/core``, through ``ratelnn.npu.native``), at any batch;
+  (``ops/core``, through ``ratelnn.npu.native``), at any batch, and each run records its
+  predicted device time under the node's ``engine_name`` (``ratelnn.npu.device_time``);
 - ``RatelQuant`` (compiled model): the IR's ``Quant`` with its rounding mode
   (``QuantizeLinear`` only rounds half to even), by the same native loop as the other
   frameworks' quantize op (``ops/onnxruntime``).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -197,10 +199,14 @@ class RatelSession:
         from ...npu.batching import decode_engine_set, run_engine_set
         if id(node) not in self._engines:
             a = node_attrs(node)
-            self._engines[id(node)] = decode_engine_set(a["engine"], a.get("batch_engines", []),
-                                                        _text(a.get("engine_name", node.name)))
+            name = _text(a.get("engine_name", node.name))
+            engines = decode_engine_set(a["engine"], a.get("batch_engines", []), name)
+            self._engines[id(node)] = (engines, _EngineTimer(self._library(), a, engines, name))
+        engines, timer = self._engines[id(node)]
         arrays = [np.ascontiguousarray(x) for x in inputs]
-        return run_engine_set(self._engines[id(node)], arrays, backend="native", num_threads=self.threads)
+        outs = run_engine_set(engines, arrays, backend="native", num_threads=self.threads)
+        timer.record(arrays[0].shape[0])
+        return outs
 
 
 class _NativeQuant:
@@ -226,6 +232,33 @@ class _NativeQuant:
         if rc != 0:
             raise ModelError(f"node {self.name!r}: {err.value.decode(errors='replace')}")
         return q
+
+
+class _EngineTimer:
+    """The device-time recorder of one ``RatelEngineOp`` node, in the ONNX Runtime op
+    library's account (``ratelnn_ort_engine_timer_*``): the cycles the TensorFlow and MXNet
+    engine ops record for the same engine set, cores and batch."""
+
+    def __init__(self, lib: Any, attrs: Mapping[str, Any], engines: Sequence[Any], name: str):
+        blobs = [bytes(attrs["engine"]), *(bytes(b) for b in attrs.get("batch_engines", []))]
+        cores = attrs.get("core_ids") or list(engines[0].proto.core_ids)
+        device = int(attrs.get("device_id", engines[0].proto.device_id))
+        handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        rc = lib.ratelnn_ort_engine_timer_create((ctypes.c_char_p * len(blobs))(*blobs),
+                                                 (ctypes.c_int64 * len(blobs))(*map(len, blobs)), len(blobs),
+                                                 name.encode(), device, len(cores), ctypes.byref(handle),
+                                                 err, _ERR_LEN)
+        if rc != 0:
+            raise ModelError(err.value.decode(errors="replace"))
+        self._lib, self._handle = lib, handle
+        self._free = weakref.finalize(self, lib.ratelnn_ort_engine_timer_free, handle)
+
+    def record(self, batch: int) -> None:
+        """Adds one run of ``batch`` samples."""
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        if self._lib.ratelnn_ort_engine_timer_record(self._handle, int(batch), err, _ERR_LEN) != 0:
+            raise ModelError(err.value.decode(errors="replace"))
 
 
 class _Arg:
