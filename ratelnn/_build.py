@@ -147,8 +147,7 @@ def core_flags(compile_flags: Sequence[str] = ()) -> List[str]:
 def _compile_cost(source: Path) -> int:
     """Bytes the compiler reads for ``source``: its text with the ops/ files it includes
     expanded, transitively; a header (``.h``) counted once, any other file (``.inc``) at each
-    include of it: npu_conv.cc compiles npu_conv_kernels.inc, and the ops/core/conv/ files
-    that one includes, once per instruction-set path."""
+    include of it."""
     headers: set = set()
 
     def expanded(path: Path, active: tuple) -> int:

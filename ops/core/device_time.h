@@ -1,4 +1,4 @@
-// What the framework glues (ops/tensorflow, ops/mxnet) share around running an engine
+// What the framework glues (ops/tensorflow, ops/mxnet, ops/onnxruntime) share around running an engine
 // (docs/architecture.md §7): the local emulated devices and the placement check made before an engine
 // runs, and the process-wide account of the device time engine runs would take.
 //

@@ -3,7 +3,7 @@
 //
 // Every library is compiled for the baseline of its architecture (x86-64: SSE2); kernels
 // that gain from wider vectors are compiled once per path inside #pragma GCC target regions
-// (see RATELNN_ISA_BEGIN in npu_conv.cc) and the caller picks one with active_isa().  All
+// (see npu_conv_<path>.cc and core/conv/shared.h) and the caller picks one with active_isa().  All
 // paths compute the same bits: tests force each supported path in turn and compare.
 //
 // The path is the best one the CPU and OS support, unless the environment variable

@@ -22,7 +22,8 @@ def _round_half_away(v: np.ndarray) -> np.ndarray:
     r = np.rint(flat)
     half = r.dtype.type(0.5)
     with np.errstate(invalid="ignore"):
-        ties = np.flatnonzero(np.abs(flat - r) == half)   # exact: r is within 0.5 of v
+        gap = np.subtract(flat, r)          # exact: r is within 0.5 of v
+        ties = np.flatnonzero(np.abs(gap, out=gap) == half)
     r[ties] = flat[ties] + np.copysign(half, flat[ties])
     return np.add(r, r.dtype.type(0), out=r).reshape(v.shape)[()]
 
@@ -63,13 +64,13 @@ def quantize(x: np.ndarray, scale: Scale, dtype: str = "int8", axis: Optional[in
     x = np.asarray(x, dtype=np.float32)
     s = _broadcast_scale(scale, x.ndim, axis)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        v = (x / s).astype(np.float32)
-        r = ROUNDERS[round_mode](v).astype(np.float32)
+        v = np.divide(x, s, dtype=np.float32)
+        r = np.asarray(ROUNDERS[round_mode](v), dtype=np.float32)
     lo, hi = QRANGE[dtype]
-    if dtype == "int32" or np.ndim(r) == 0:   # clip in float64 so that int32 limits are exact
+    if dtype == "int32" or r.ndim == 0:   # clip in float64 so that int32 limits are exact
         r = np.where(np.isnan(r), np.float32(0), r)
         return np.clip(r.astype(np.float64), lo, hi).astype(dtype)
-    r[np.isnan(r)] = 0
+    np.copyto(r, np.float32(0), where=np.isnan(r))
     return np.clip(r, lo, hi, out=r).astype(dtype)   # 8/16-bit limits are exact in float32
 
 
