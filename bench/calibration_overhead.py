@@ -18,7 +18,7 @@ The result replaces the "Calibration overhead" section of docs/benchmarks.md.
     python bench/calibration_overhead.py [--repeats 15] [--threads 2] [--zero-bias-constants]
 
 ``--zero-bias-constants`` also times the quantized model with every zero bias a constant
-again (the exporter passes one through a ``PlaceholderWithDefault`` so that Grappler keeps
+(the exporter passes one through a ``PlaceholderWithDefault`` so that Grappler keeps
 the BiasAdd and TensorFlow its Conv2D + BiasAdd + ReLU6 fusion): both forms in one run.
 """
 from __future__ import annotations
@@ -279,9 +279,8 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               "RatelQuant/RatelDequant ops around float kernels (the weights' RatelDequant is "
               "constant-folded by Grappler)." + (
                   f" `{ZERO_BIAS_CONSTANTS}`: the quantized model with every zero bias a constant "
-                  "again, as the exporter wrote it before passing zero biases through a "
-                  "PlaceholderWithDefault: Grappler then drops those BiasAdds and ReLU6 runs "
-                  "unfused after the expand convolutions." if ZERO_BIAS_CONSTANTS in medians else ""),
+                  "instead of passed through a PlaceholderWithDefault: Grappler then drops those "
+                  "BiasAdds and ReLU6 runs unfused after the expand convolutions." if ZERO_BIAS_CONSTANTS in medians else ""),
               "",
               f"RatelMinMax alone, one thread, CPU ns per element, median (min) of {repeats} "
               f"runs (target <= {SCAN_TARGET_NS} ns per element per core); `memory`: the "
