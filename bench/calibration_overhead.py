@@ -15,7 +15,11 @@ from memory (all 66 in turn) and from the L2 cache (a window of each, scanned re
 
 The result replaces the "Calibration overhead" section of docs/benchmarks.md.
 
-    python bench/calibration_overhead.py [--repeats 15] [--threads 2]
+    python bench/calibration_overhead.py [--repeats 15] [--threads 2] [--zero-bias-constants]
+
+``--zero-bias-constants`` also times the quantized model with every zero bias a constant
+(the exporter passes one through a ``PlaceholderWithDefault`` so that Grappler keeps
+the BiasAdd and TensorFlow its Conv2D + BiasAdd + ReLU6 fusion): both forms in one run.
 """
 from __future__ import annotations
 
@@ -44,11 +48,30 @@ CACHE_WINDOW = 1 << 18  # elements (1 MiB) of each tensor rescanned from the L2 
 CACHE_SCANS = 16  # scans of a window per Session.run, the first one loading it
 
 
-def mobilenet_v2_graphs(output_dir: str):
+ZERO_BIAS_CONSTANTS = "quantized, zero biases constant"
+
+
+def zero_biases_constant(graph_def):
+    """``graph_def`` with every ``PlaceholderWithDefault`` bypassed: its readers take its default
+    (in the quantized model, the Dequant of zero bias codes, which Grappler folds to zeros)."""
+    from tensorflow.core.framework import graph_pb2
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(graph_def)
+    default = {n.name: n.input[0] for n in out.node if n.op == "PlaceholderWithDefault"}
+    for node in out.node:
+        node.input[:] = [default.get(i, i) for i in node.input]
+    kept = [n for n in out.node if n.name not in default]
+    del out.node[:]
+    out.node.extend(kept)
+    return out
+
+
+def mobilenet_v2_graphs(output_dir: str, zero_bias_constants: bool = False):
     """``(graphs, input_tensor, output_tensor)``: GraphDefs of an untrained MobileNetV2 for
     batches of 8 images of 224x224x3: the frozen float model, the float model after
     ratelnn's passes (BatchNorm folded: what the calibration model is built from), the
-    calibration model and the quantized model."""
+    calibration model and the quantized model (and with ``zero_bias_constants`` that model
+    through :func:`zero_biases_constant`)."""
     import keras
 
     import ratelnn
@@ -70,6 +93,8 @@ def mobilenet_v2_graphs(output_dir: str):
     graphs = {"float": graph_float,
               "float, optimised": conv.handler.export_graph(conv.graph),
               "calibration": graph_cal, "quantized": conv.to_quant()}
+    if zero_bias_constants:
+        graphs[ZERO_BIAS_CONSTANTS] = zero_biases_constant(graphs["quantized"])
     return graphs, input_tensor, output_tensor
 
 
@@ -252,7 +277,10 @@ def report(medians, cpu_medians, threads: int, repeats: int, command: str, scans
               "convolution + bias + ReLU6 whose output it observes, so oneDNN's fusions stay "
               "as in the optimised model. The quantized model simulates int8 with "
               "RatelQuant/RatelDequant ops around float kernels (the weights' RatelDequant is "
-              "constant-folded by Grappler).",
+              "constant-folded by Grappler)." + (
+                  f" `{ZERO_BIAS_CONSTANTS}`: the quantized model with every zero bias a constant "
+                  "instead of passed through a PlaceholderWithDefault: Grappler then drops those "
+                  "BiasAdds and ReLU6 runs unfused after the expand convolutions." if ZERO_BIAS_CONSTANTS in medians else ""),
               "",
               f"RatelMinMax alone, one thread, CPU ns per element, median (min) of {repeats} "
               f"runs (target <= {SCAN_TARGET_NS} ns per element per core); `memory`: the "
@@ -273,13 +301,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="interleaved timing rounds")
     parser.add_argument("--threads", type=int, default=2, help="TensorFlow intra-op threads")
+    parser.add_argument("--zero-bias-constants", action="store_true",
+                        help="also time the quantized model with its zero biases constant")
     parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update ('-': print only)")
     args = parser.parse_args()
     if args.repeats < 1 or args.threads < 1:
         parser.error("--repeats and --threads must be positive")
 
     with tempfile.TemporaryDirectory(prefix="ratelnn-bench-") as output_dir:
-        graphs, input_tensor, output_tensor = mobilenet_v2_graphs(output_dir)
+        graphs, input_tensor, output_tensor = mobilenet_v2_graphs(output_dir, args.zero_bias_constants)
         medians, cpu_medians = time_side_by_side(graphs, input_tensor, output_tensor,
                                                  args.threads, args.repeats)
         tensors = calibrated_tensors(graphs["calibration"], input_tensor)

@@ -65,7 +65,11 @@ class ConvertImpl:
         """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
         recovered from ``graph_quant``: a quantized model made by ``to_quant``, or a
         pre-quantized (quantization-aware-trained) model whose own fake-quantization nodes
-        give the ranges (docs/quantization.md "Importing pre-quantized (QAT) graphs")."""
+        give the ranges (docs/quantization.md "Importing pre-quantized (QAT) graphs").
+
+        From statistics the model is quantized once per :meth:`_build_key` (config,
+        statistics and sample files): ``to_quant`` and ``to_npu`` share it, each caller gets
+        its own copy to edit."""
         if graph_quant is not None:
             from .quantization.recover import strip_qdq
             qgraph = self.handler.import_prequantized(graph_quant, self.config)
@@ -73,47 +77,39 @@ class ConvertImpl:
                 qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
             qgraph.name = self.graph.name
             return qgraph
-        from .calibration.manifest import check_owner
-        from .calibration.stats import load_statistics
-        check_owner(self.config["output_dir"], self.graph.name, self.fingerprint,
-                    self.config["merge_statistics"])
-        stats = load_statistics(self.config["output_dir"])
-        if not self.config["accuracy_auto"]:
-            return self.quantize(stats)
-        return self._auto_quantized(stats)
+        key = self._build_key()
+        cached = getattr(self, "_quantized", None)
+        if cached is None or cached[0] != key:
+            from .calibration.manifest import check_owner
+            from .calibration.stats import load_statistics
+            check_owner(self.config["output_dir"], self.graph.name, self.fingerprint,
+                        self.config["merge_statistics"])
+            stats = load_statistics(self.config["output_dir"])
+            qgraph = self._auto_quantized(stats) if self.config["accuracy_auto"] else self.quantize(stats)
+            cached = self._quantized = (key, qgraph)
+        return cached[1].copy()
 
     def _auto_quantized(self, stats: Mapping[str, Any]) -> Graph:
         """The default build (config ``accuracy_auto``, docs/quantization.md "Automatic
         defaults"): checked on the held-out part of the calibration sample, remedied where it
-        loses too much; decided once per statistics, sample and config (the line printed
-        once), then rebuilt from the decision's keys.  The decision: ``self.accuracy_auto``
-        and the IR's ``meta["accuracy_auto"]``."""
+        loses too much, the line printed.  The decision: ``self.accuracy_auto`` and the IR's
+        ``meta["accuracy_auto"]``."""
         from .tune.auto import auto_quantize, report
-        key = self._auto_key()
-        if getattr(self, "_auto_cache", (None,))[0] != key:
-            qgraph, decision = auto_quantize(self, stats)
-            report(decision)
-            self._auto_cache = (key, decision)
-        else:
-            from .tune.auto import with_settings
-            decision = self._auto_cache[1]
-            qgraph = with_settings(self, decision.settings).quantize(stats)
+        qgraph, decision = auto_quantize(self, stats)
+        report(decision)
         self.accuracy_auto = decision
         qgraph.meta["accuracy_auto"] = decision.to_dict()
         return qgraph
 
-    def _auto_key(self) -> str:
-        """What an automatic decision depends on: the config and the statistics and sample files."""
+    def _build_key(self) -> str:
+        """What the quantized IR from statistics depends on: the config, the graph's name, the
+        device info, and the bytes of the statistics and calibration sample files (statistics
+        still in this process's memory written first)."""
         import json
-        import os
-        from .calibration.sample import sample_path
-        from .calibration.stats import statistics_dir
-        files = [sample_path(self.config["output_dir"], self.fingerprint)]
-        folder = statistics_dir(self.config["output_dir"])
-        if folder.is_dir():
-            files += sorted(folder.iterdir())
-        marks = [(str(f), os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files if os.path.isfile(f)]
-        return json.dumps([self.config, marks], sort_keys=True, default=str)
+        from .calibration.digest import calibration_digests
+        files = calibration_digests(self.config["output_dir"], self.fingerprint)
+        return json.dumps([self.config, self.graph.name, self.device_info, files], sort_keys=True,
+                          default=_key_text)
 
     @property
     def built_config(self) -> Dict[str, Any]:
@@ -323,6 +319,14 @@ class ConvertImpl:
         from .tune import tune
         return tune(self, data, metric, target, max_latency_ratio, max_evals, time_budget_s,
                     calibration_data, batch_size, progress, passes, borders, int16_budget, hold_out)
+
+
+def _key_text(value: Any) -> str:
+    """A config value JSON cannot hold, as key text: an array by its dtype, shape and bytes."""
+    if isinstance(value, np.ndarray):
+        import hashlib
+        return f"array {value.dtype} {value.shape} {hashlib.blake2b(np.ascontiguousarray(value).tobytes()).hexdigest()}"
+    return repr(value)
 
 
 def _random_feeds(qgraph: Graph) -> Dict[str, np.ndarray]:

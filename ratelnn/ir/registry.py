@@ -181,7 +181,7 @@ OPS: Tuple[OpDef, ...] = (
     _op("Pad", "PadV2 Pad", "Pad pad", "Pad", **_Q, npu=("PAD", "REQUANT"), cost="move",
         npu_when="no padding of the batch axis; value 0: `PAD`; other values: `REQUANT` + `PAD` (the value's "
                  "code at the output scale)", channelwise=True),
-    _op("Identity", "Identity StopGradient Snapshot PreventGradient IdentityN",
+    _op("Identity", "Identity StopGradient Snapshot PreventGradient IdentityN PlaceholderWithDefault",
         "_copy identity Dropout BlockGrad stop_gradient LinearRegressionOutput MAERegressionOutput",
         "Identity Dropout", fn=_ID, moves_values=True),
     # ---- ratelnn's own ops and framework ops kept verbatim

@@ -41,6 +41,19 @@ def ops():
     return ratelnn.tf_init()
 
 
+def near_ties(scales, rng) -> np.ndarray:
+    """Inputs whose quotient by one of ``scales`` lies within 3 ulps of a half-integer (both
+    sides, up to the int16 range): where a quotient not computed by division could round to
+    another code."""
+    halves = rng.integers(-33000, 33000, 400) + 0.5
+    centre = np.concatenate([(halves * s).astype(np.float32) for s in scales])
+    out, up, down = [centre], centre, centre
+    for _ in range(3):
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        out += [up, down]
+    return np.concatenate(out)
+
+
 def f32(v: float) -> float:
     return float(np.float32(v))
 
@@ -163,14 +176,15 @@ def test_quant_and_dequant_bits_on_each_path(ops, tmp_path, path):
     portable loops, the AVX2 ones, which the AVX-VNNI path runs too, and the AVX-512 ones,
     which the AVX-512 VNNI path runs too).  The other tests of this module run the machine's
     path in process; this one forces each path (RATELNN_ISA, a new process): the reference's
-    bits for every dtype and round mode on ties, subnormals, NaN/Inf."""
+    bits for every dtype and round mode on ties, quotients within ulps of a tie, subnormals,
+    NaN/Inf."""
     if path not in supported_isas():
         pytest.skip(f"not run: this CPU has no {path} path")
     rng = np.random.default_rng(11)
     scales = [0.1, 1 / 3, 2.0 ** -20, 7.5]
     ties = (rng.integers(-70000, 70000, 4000) + 0.5).astype(np.float32)
     x = np.concatenate([rng.standard_normal(4000).astype(np.float32) * 300, ties, ties * np.float32(0.1),
-                        SPECIAL_VALUES, np.float32(1e-40) * np.arange(-8, 9, dtype=np.float32)])
+                        near_ties(scales, rng), SPECIAL_VALUES, np.float32(1e-40) * np.arange(-8, 9, dtype=np.float32)])
     np.save(tmp_path / "x.npy", x)
     env = subprocess_env(RATELNN_ISA=path)
     proc = subprocess.run([sys.executable, "-c", QUANT_PATH_SCRIPT, str(tmp_path / "x.npy"), str(tmp_path / "out.npz"),
@@ -187,15 +201,16 @@ def test_quant_and_dequant_bits_on_each_path(ops, tmp_path, path):
 
 def test_quant_bits_on_the_machine_path_in_long_blocks(ops):
     """The vector block loop of the machine's path (32 codes per step on AVX2, 16 on AVX-512) on
-    ties, subnormals, NaN/Inf, values beyond every code range, with a ragged tail: the
-    reference's bits for every dtype and round mode."""
+    ties, quotients within ulps of a tie, subnormals, NaN/Inf, values beyond every code range,
+    with a ragged tail: the reference's bits for every dtype and round mode."""
     rng = np.random.default_rng(12)
     ties = (rng.integers(-70000, 70000, 3000) + 0.5).astype(np.float32)
+    scales = (0.1, 1 / 3, 2.0 ** -20, 7.5)
     x = np.concatenate([rng.standard_normal(3000).astype(np.float32) * 300, ties,
-                        ties * np.float32(0.1), np.tile(SPECIAL_VALUES, 20),
+                        ties * np.float32(0.1), near_ties(scales, rng), np.tile(SPECIAL_VALUES, 20),
                         np.float32(1e-40) * np.arange(-8, 9, dtype=np.float32)])
     x = x[rng.permutation(x.size)][:-5]
-    for scale in (0.1, 1 / 3, 2.0 ** -20, 7.5):
+    for scale in scales:
         for dtype in DTYPES:
             for mode in ROUND_MODES:
                 got = ops.ratel_quant(x, scale=scale, dtype=dtype, round_mode=mode).numpy()

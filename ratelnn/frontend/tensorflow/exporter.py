@@ -122,7 +122,8 @@ def _bias_act(ex: _Exporter, node: Node, x: str, layout: str, out_name: str) -> 
     for i, step in enumerate(steps):
         name = out_name if i == len(steps) - 1 else ex.fresh(f"{out_name}/{step}")
         if step == "bias":
-            x = ex.add(name, "BiasAdd", [x, ex.ref(node.inputs[2])], T=_dtype("float32"), data_format=layout)
+            x = ex.add(name, "BiasAdd", [x, _bias_ref(ex, node.inputs[2], out_name)], T=_dtype("float32"),
+                       data_format=layout)
         elif step == "relu":
             x = ex.add(name, "Relu", [x], T=_dtype("float32"))
         elif step == "relu6":
@@ -136,6 +137,19 @@ def _bias_act(ex: _Exporter, node: Node, x: str, layout: str, out_name: str) -> 
             x = _prelu_nodes(ex, x, ex.const(f"{out_name}/alpha", slopes), name)
         else:
             raise ModelError(f"{node.name}: unknown fused activation {step!r}")
+
+
+def _bias_ref(ex: _Exporter, bias: str, out_name: str) -> str:
+    """The TF reference of a fused ``bias``; one of zeros (a parameter, or its dequantized
+    codes) is passed through a ``PlaceholderWithDefault``: Grappler drops a BiasAdd of constant
+    zeros, and with it TF's Conv2D/MatMul + BiasAdd + activation fusion."""
+    producer = ex.graph.producer(bias)
+    source = producer.inputs[0] if producer is not None and producer.op == "Dequant" else bias
+    value = ex.graph.params.get(source)
+    if value is None or np.any(value):
+        return ex.ref(bias)
+    return ex.add(ex.fresh(f"{out_name}/zero_bias"), "PlaceholderWithDefault", [ex.ref(bias)],
+                  dtype=_dtype("float32"), shape=_shape_proto(value.shape))
 
 
 def _prelu_nodes(ex: _Exporter, x: str, alpha: str, out_name: str) -> str:
