@@ -95,9 +95,9 @@ class ConvertImpl:
             report(decision)
             self._auto_cache = (key, decision)
         else:
-            from .tune.auto import with_settings
+            from .tune.auto import rebuilt
             decision = self._auto_cache[1]
-            qgraph = with_settings(self, decision.settings).quantize(stats)
+            qgraph = rebuilt(self, decision.settings, stats)
         self.accuracy_auto = decision
         qgraph.meta["accuracy_auto"] = decision.to_dict()
         return qgraph
@@ -292,9 +292,9 @@ class ConvertImpl:
         decided (:attr:`built_config`, the check off): what ``to_quant``/``to_npu`` build."""
         if not self.config["accuracy_auto"]:
             return self
-        from .tune.auto import with_settings
+        from .tune.auto import built_converter
         self.quantized_ir()
-        return with_settings(self, self.accuracy_auto.settings)
+        return built_converter(self, self.accuracy_auto.settings)
 
     def tune(self, data: Any, metric: Any = None, target: float = 0.99, max_latency_ratio: float = 1.3,
              max_evals: int = 40, time_budget_s: Optional[float] = None, calibration_data: Any = None,
