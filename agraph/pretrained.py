@@ -526,7 +526,7 @@ def models() -> List[Pretrained]:
         Pretrained("basic_pitch", "basic-pitch", "Apache-2.0", "audio: polyphonic pitch/note transcription "
                    "(harmonic CQT inside the graph)", "basic_pitch/saved_models/icassp_2022/nmp (SavedModel)",
                    "synthesized piano-like music, 22.05 kHz, 2 s windows", 2, freeze_basic_pitch,
-                   lambda: (synth_music(6, seed=0), synth_music(4, seed=1))),
+                   lambda: (synth_music(8, seed=0), synth_music(4, seed=1))),
         Pretrained("spliceai", "spliceai", "GPL-3.0", "genomics: splice-site prediction (dilated residual 1-D CNN)",
                    "spliceai/models/spliceai1.h5", f"synthesized DNA, {SPLICEAI_CONTEXT + SPLICEAI_PREDICT} nt", 2,
                    _freeze_keras(load_spliceai, (SPLICEAI_CONTEXT + SPLICEAI_PREDICT, 4)),

@@ -15,11 +15,13 @@ Below it, in order of cost, each step kept when it raises that figure by more th
    (:data:`EQUALIZED_DIR`; skipped when the graph has no pair to equalize);
 3. empirical bias correction, fitted on the rest of the sample (itself checked on the held-out
    part, :mod:`ratelnn.quantization.accuracy`);
-4. int16 where it costs least latency for what it wins back, while the compiled model's
-   predicted latency (NPU cost model) stays within ``accuracy_auto_latency_ratio`` x the
-   all-int8 model's: first on the chained elementwise layers of an unrolled recurrence (an
-   LSTM's cell state, :func:`~ratelnn.tune.recurrence.recurrence_layers`), then on the k least
-   precise layers (the tuner's ranking, :func:`ranked_layers`, measured on the fit part),
+4. int16 (and fp32 where a sensitive float op reads) while the compiled model's predicted
+   latency (NPU cost model, plus the host estimate of layers moved off the NPU) stays within
+   ``accuracy_auto_latency_ratio`` x the all-int8 model's: on the chained elementwise layers of
+   an unrolled recurrence (an LSTM's cell state,
+   :func:`~ratelnn.tune.recurrence.recurrence_layers`); fp32 at the quantized tensors the
+   numerically sensitive float ops read (a ``Log``, a ``Pow``) with int16 upstream of them
+   (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers (the tuner's ranking, :func:`ranked_layers`, measured on the fit part),
    k = 1, 2, 4, ...; the fewest that meet the bound, else the most that fit.
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
@@ -47,9 +49,10 @@ from ..ir.evaluate import EvaluationError
 from ..quantization.accuracy import output_cosine, split_sample
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
+from .borders import border_moves
 from .layers import ranked_layers
 from .passes import known_passes
-from .pricing import price
+from .pricing import host_seconds, price
 from .recurrence import recurrence_layers
 from .results import Point
 from .search import MIN_GAIN
@@ -97,9 +100,10 @@ def describe(settings: Mapping[str, Any]) -> str:
     """The remedies of ``settings`` in a few words."""
     words = [f"{k}={v}" for k, v in settings.items() if k not in ("layer_configs", "accuracy_auto", "output_dir")]
     layers = settings.get("layer_configs") or []
-    added = [e for e in layers if e.get("data_type") == "int16"]
-    if added:
-        words.append(f"int16 on {len(added)} layer(s)")
+    for dtype in ("int16", "fp32"):
+        added = [e for e in layers if e.get("data_type") == dtype]
+        if added:
+            words.append(f"{dtype} on {len(added)} layer(s)")
     return ", ".join(words) or "plain int8"
 
 
@@ -109,6 +113,7 @@ class _Probe:
 
     def __init__(self, remedies: "_Remedies", feeds) -> None:
         self.remedies, self.known_passes, self.batches = remedies, known_passes(None), [(feeds, None)]
+        self.user_layers = remedies.user_layers
 
     def candidate(self, settings: Mapping[str, Any]):
         conv = self.remedies.converter(settings)[0]
@@ -171,7 +176,9 @@ class _Remedies:
         self.user_layers = list(conv.config["layer_configs"])
         # equalization on or off -> (converter of that float graph, its statistics)
         self.bases = {bool(conv.config["equalization"]): (conv, stats)}
-        self.baseline = self.latency(conv.quantize(stats, dict(conv.config, auto_int16=False)), conv.config)
+        all_int8 = dict(conv.config, auto_int16=False)
+        self.baseline_quantized = set(make_plan(conv.graph, all_int8).quantized_nodes)
+        self.baseline = self.latency(conv.quantize(stats, all_int8), conv.config)
         self.limit = None if self.baseline is None else self.baseline * float(conv.config["accuracy_auto_latency_ratio"])
 
     def converter(self, settings: Mapping[str, Any]):
@@ -180,11 +187,15 @@ class _Remedies:
         return with_settings(base, settings), stats
 
     def latency(self, qgraph: Graph, config) -> Optional[float]:
-        """Predicted seconds of one inference of ``qgraph`` compiled; None without an engine."""
+        """Predicted seconds of one inference of ``qgraph`` compiled (engines, plus the host
+        estimate of layers it keeps in fp32 that the all-int8 model quantizes,
+        :func:`~ratelnn.tune.pricing.host_seconds`); None without an engine."""
         try:
-            return price(qgraph, config, self.conv.device_info)[1].latency_s
+            engines = price(qgraph, config, self.conv.device_info)[1].latency_s
         except ValueError:
             return None
+        moved = getattr(self, "baseline_quantized", set()) - set(make_plan(qgraph, config).quantized_nodes)
+        return engines + host_seconds(self.conv.graph, moved)
 
     def judge(self, settings: Dict[str, Any]):
         """(cosine on the held-out part, quantized IR) of ``settings``; (None, None) when they
@@ -207,7 +218,7 @@ class _Remedies:
             best = self.keep(best, dict(best[1], bias_correction="empirical"))
         note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
         if best[0] < self.bound and self.limit is not None:
-            best, note = self.int16(self.recurrences(best))
+            best, note = self.int16(self.borders(self.recurrences(best)))
         cosine, settings, q = best
         ratio = None
         if settings and self.baseline:
@@ -215,8 +226,12 @@ class _Remedies:
             ratio = None if latency is None else latency / self.baseline
         return q, AutoDecision(before, cosine, settings, ratio, n_held, self.bound, note)
 
-    def keep(self, best, settings):
-        cosine, q = self.judge(settings)
+    def keep(self, best, settings, judged=None):
+        """(cosine, settings, quantized IR) of ``settings`` when it beats ``best``, else ``best``;
+        ``judged``: their (cosine, quantized IR) when already measured.  Each try is logged."""
+        cosine, q = self.judge(settings) if judged is None else judged
+        LOG.debug("accuracy_auto: %s -> %s", describe(settings), "not built or over the latency limit"
+                  if cosine is None else f"{cosine:.4f}")
         return (cosine, settings, q) if cosine is not None and cosine > best[0] + MIN_GAIN else best
 
     def equalized(self) -> bool:
@@ -263,8 +278,22 @@ class _Remedies:
             return best
         settings = dict(best[1], layer_configs=self.user_layers + [{"layer_name": n, "data_type": "int16"}
                                                                    for n in names])
-        cosine, q = self.within_limit(settings)
-        return (cosine, settings, q) if cosine is not None and cosine > best[0] + MIN_GAIN else best
+        return self.keep(best, settings, self.within_limit(settings))
+
+    def borders(self, best):
+        """fp32 at every quantized tensor a numerically sensitive float op reads, with int16
+        upstream of it (tune's borders move, :func:`~ratelnn.tune.borders.border_moves`), on
+        top of ``best``: kept when it raises the cosine within the latency limit."""
+        settings = dict(best[1], layer_configs=list(best[1].get("layer_configs", self.user_layers)))
+        moves = border_moves(_Probe(self, None), Point("auto", settings, best[0], 0.0, True, 0.0))
+        if not moves:
+            return best
+        entries = {e["layer_name"]: e for e in settings["layer_configs"]}
+        for _, fp32, int16 in moves:
+            entries.update((n, {"layer_name": n, "data_type": "int16"}) for n in int16)
+            entries.update((n, {"layer_name": n, "data_type": "fp32"}) for n in fp32)
+        candidate = dict(settings, layer_configs=list(entries.values()))
+        return self.keep(best, candidate, self.within_limit(candidate))
 
     def int16(self, best) -> Tuple[tuple, str]:
         """int16 on the k least precise layers on top of ``best``, k = 1, 2, 4, ... within the
@@ -287,6 +316,8 @@ class _Remedies:
             entries: List[Dict[str, str]] = [e for r in ranked[:k] for e in r[1]]
             settings = dict(best[1], layer_configs=layers + entries)
             cosine, q = self.within_limit(settings)
+            LOG.debug("accuracy_auto: %s -> %s", describe(settings), "over the latency limit" if cosine is None
+                      else f"{cosine:.4f}")
             if cosine is None:
                 return found, (f"bound {self.bound:g} not met within {self.limit / self.baseline:g} x the "
                                f"all-int8 latency" if found[0] < self.bound else "bound met")
