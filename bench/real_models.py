@@ -27,7 +27,7 @@ window in both).  For each model:
 A model that fails reports its error; a raw Python exception (anything but a ratelnn error)
 is a bug and makes the script exit non-zero.  Writes its section of docs/benchmarks.md.
 
-    python bench/real_models.py [--models NAME ...]
+    python bench/real_models.py [--models NAME ...] [--verbose]
 """
 from __future__ import annotations
 
@@ -386,7 +386,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", "--only", nargs="*", dest="models",
                         help="run only these models (no docs update)")
+    parser.add_argument("--verbose", action="store_true", help="log every try of the automatic step")
     args = parser.parse_args()
+    if args.verbose:
+        import logging
+        logging.basicConfig(level=logging.WARNING)
+        logging.getLogger("ratelnn.accuracy_auto").setLevel(logging.DEBUG)
     rows = []
     for name, make in all_rows():
         if args.models and name not in args.models:

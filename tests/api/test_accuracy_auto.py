@@ -74,6 +74,10 @@ def test_decision_is_recorded_and_rebuilds_without_calibrating(builds):
     assert recorded_meta(graph_npu) == {"accuracy_auto": conv.accuracy_auto.to_dict()}
     assert recorded_meta(conv.to_quant())["accuracy_auto"]["settings"] == conv.accuracy_auto.settings
     assert recorded_meta(out[False][1]) == {}
+    # emitting and compiling use the config the decision built with, not the converter's
+    built = conv.build_config(conv.quantized_ir())
+    assert {k: built[k] for k in conv.accuracy_auto.settings} == conv.accuracy_auto.settings
+    assert out[False][0].build_config(out[False][0].quantized_ir()) is out[False][0].config
     rebuilt = conv.built_config
     assert rebuilt["accuracy_auto"] is False
     stats_before = sorted(os.listdir(tmp / "ratel_stats")) if (tmp / "ratel_stats").is_dir() else None
