@@ -40,6 +40,8 @@ import sys
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+import numpy as np
+
 from ..calibration.manifest import start_fresh
 from ..calibration.stats import load_statistics
 from ..config import normalize
@@ -159,11 +161,29 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
     except EvaluationError as e:
         return qgraph, AutoDecision(None, None, {}, None, n_held, bound,
                                     f"not checked: {str(e).splitlines()[0][:150]}")
+    step = below_one_step(qgraph, reference)
+    if step is not None:
+        return qgraph, AutoDecision(None, None, {}, None, n_held, bound,
+                                    f"not checked: the float outputs on the held-out samples are all below one "
+                                    f"quantization step of the outputs ({step:.3g}): their cosine says nothing; "
+                                    "plain build kept")
     if before >= bound:
         return qgraph, AutoDecision(before, before, {}, 1.0, n_held, bound, "plain build kept")
     with warnings.catch_warnings():   # every method on every tensor: no warning per try
         warnings.simplefilter("ignore")
         return _Remedies(conv, stats, sample, reference, bound).run(qgraph, before, n_held)
+
+
+def below_one_step(qgraph: Graph, reference) -> Optional[float]:
+    """The smallest quantization step of ``qgraph``'s quantized outputs when every float
+    output value in ``reference`` (the held-out samples') is smaller than it: outputs the
+    quantized model can only give as 0 (e.g. a detector's score map on inputs without
+    anything to detect), whose cosine is noise; None otherwise."""
+    steps = [float(np.max(qgraph.qparams[t].scale)) for t in qgraph.outputs if t in qgraph.qparams]
+    if not steps or len(steps) < len(qgraph.outputs):
+        return None
+    largest = max(float(np.max(np.abs(r))) if np.size(r) else 0.0 for r in reference)
+    return min(steps) if largest < min(steps) else None
 
 
 class _Remedies:

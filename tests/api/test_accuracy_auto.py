@@ -132,3 +132,18 @@ def test_latency_budget_bounds_the_int16_remedy(tmp_path):
     assert not any(e["data_type"] == "int16" for e in decision.settings.get("layer_configs", []))
     with pytest.raises(ratelnn.config.ConfigError, match="accuracy_auto_latency_ratio"):
         converter(depthwise_loss_graph(), _config(tmp_path, accuracy_auto_latency_ratio=0.9))
+
+
+def test_held_out_outputs_below_one_step_are_not_judged(tmp_path):
+    """Held-out samples whose float outputs are all below one quantization step of the outputs
+    (here zero inputs: a detector's score map on images with nothing to detect) give a cosine
+    of noise: the build says so and keeps plain int8 instead of remedying noise."""
+    ratelnn.tf_init()
+    rng = np.random.default_rng(1)
+    data = np.concatenate([rng.normal(0, 1, (24, *SHAPE)), np.zeros((8, *SHAPE))]).astype(np.float32)
+    conv = converter(depthwise_loss_graph(), _config(tmp_path))
+    conv.calibrate(data, progress=False)
+    conv.to_quant()
+    decision = conv.accuracy_auto
+    assert decision.cosine_before is None and decision.settings == {}
+    assert "below one quantization step" in decision.note and decision.held_out_samples == 8
