@@ -21,8 +21,9 @@ Below it, in order of cost, each step kept when it raises that figure by more th
    an unrolled recurrence (an LSTM's cell state,
    :func:`~ratelnn.tune.recurrence.recurrence_layers`); fp32 at the quantized tensors the
    numerically sensitive float ops read (a ``Log``, a ``Pow``) with int16 upstream of them
-   (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers (the tuner's ranking, :func:`ranked_layers`, measured on the fit part),
-   k = 1, 2, 4, ...; the fewest that meet the bound, else the most that fit.
+   (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers
+   (the tuner's ranking, :func:`ranked_layers`, measured on the fit part), k = 1, 2, 4, ...;
+   the fewest that meet the bound, else the most that fit.
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
@@ -214,7 +215,7 @@ class _Remedies:
             engines = price(qgraph, config, self.conv.device_info)[1].latency_s
         except ValueError:
             return None
-        moved = getattr(self, "baseline_quantized", set()) - set(make_plan(qgraph, config).quantized_nodes)
+        moved = self.baseline_quantized - set(make_plan(qgraph, config).quantized_nodes)
         return engines + host_seconds(self.conv.graph, moved)
 
     def judge(self, settings: Dict[str, Any]):
