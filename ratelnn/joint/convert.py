@@ -46,7 +46,7 @@ class JointConvertImpl:
         qgraphs = [c.quantized_ir(None if graph_quant_list is None else graph_quant_list[i])
                    for i, c in enumerate(self.converters)]
         compiled, self.model_specs, self.scheme = compile_jointly(
-            qgraphs, [c.config for c in self.converters], self.device_info, executor)
+            qgraphs, [c.build_config(q) for c, q in zip(self.converters, qgraphs)], self.device_info, executor)
         self.converters[0].handler.ensure_ops()
         return [c.handler.export_graph(g) for c, g in zip(self.converters, compiled)]
 

@@ -10,16 +10,25 @@ Below it, in order of cost, each step kept when it raises that figure by more th
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
 
 1. the other threshold methods (:data:`AUTO_METHODS`) from the same histograms;
-2. empirical bias correction, fitted on the rest of the sample (itself checked on the held-out
+2. cross-layer equalization (config ``equalization``): the equalized float graph calibrated
+   again on the kept sample, its statistics in ``<output_dir>/auto/equalization``
+   (:data:`EQUALIZED_DIR`; skipped when the graph has no pair to equalize);
+3. empirical bias correction, fitted on the rest of the sample (itself checked on the held-out
    part, :mod:`ratelnn.quantization.accuracy`);
-3. int16 on the k least precise layers (the tuner's ranking, :func:`ranked_layers`, measured
-   on the fit part), k = 1, 2, 4, ... while the compiled model's predicted latency (NPU cost
-   model) stays within ``accuracy_auto_latency_ratio`` x the all-int8 model's; the fewest
-   that meet the bound, else the most that fit.
+4. int16 (and fp32 where a sensitive float op reads) while the compiled model's predicted
+   latency (NPU cost model, plus the host estimate of layers moved off the NPU) stays within
+   ``accuracy_auto_latency_ratio`` x the all-int8 model's: on the chained elementwise layers of
+   an unrolled recurrence (an LSTM's cell state,
+   :func:`~ratelnn.tune.recurrence.recurrence_layers`); fp32 at the quantized tensors the
+   numerically sensitive float ops read (a ``Log``, a ``Pow``) with int16 upstream of them
+   (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers
+   (the tuner's ranking, :func:`ranked_layers`, measured on the fit part), k = 1, 2, 4, ...;
+   the fewest that meet the bound, else the most that fit.
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
-``accuracy_auto`` off; it is printed in one line, kept in the quantized IR's
-``meta["accuracy_auto"]`` (so the compiled IR's) and in ``ConvertImpl.built_config``.
+``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
+printed in one line, kept in the quantized IR's ``meta["accuracy_auto"]`` (so the compiled
+IR's, and the exported models', :mod:`ratelnn.ir.recorded`) and in ``ConvertImpl.built_config``.
 """
 from __future__ import annotations
 
@@ -27,23 +36,32 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import sys
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+import numpy as np
+
+from ..calibration.manifest import start_fresh
+from ..calibration.stats import load_statistics
 from ..config import normalize
 from ..errors import RatelError
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError
 from ..quantization.accuracy import output_cosine, split_sample
 from ..quantization.layerwalk import chunked
+from ..quantization.policy import make_plan
+from .borders import border_moves
 from .layers import ranked_layers
 from .passes import known_passes
-from .pricing import price
+from .pricing import host_seconds, price
+from .recurrence import recurrence_layers
 from .results import Point
 from .search import MIN_GAIN
 
 AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own method
+EQUALIZED_DIR = os.path.join("auto", "equalization")   # under output_dir: the equalized graph's statistics
 LOG = logging.getLogger("ratelnn.accuracy_auto")
 MAX_LINE_KEYS = 240   # characters of the decision's keys the line shows; longer: named, not shown
 
@@ -83,23 +101,26 @@ class AutoDecision:
 
 def describe(settings: Mapping[str, Any]) -> str:
     """The remedies of ``settings`` in a few words."""
-    words = [f"{k}={v}" for k, v in settings.items() if k not in ("layer_configs", "accuracy_auto")]
+    words = [f"{k}={v}" for k, v in settings.items() if k not in ("layer_configs", "accuracy_auto", "output_dir")]
     layers = settings.get("layer_configs") or []
-    added = [e for e in layers if e.get("data_type") == "int16"]
-    if added:
-        words.append(f"int16 on {len(added)} layer(s)")
+    for dtype in ("int16", "fp32"):
+        added = [e for e in layers if e.get("data_type") == dtype]
+        if added:
+            words.append(f"{dtype} on {len(added)} layer(s)")
     return ", ".join(words) or "plain int8"
 
 
 class _Probe:
-    """What :func:`ranked_layers` reads of a search: candidates of settings on one converter,
-    the known passes, the first batch."""
+    """What :func:`ranked_layers` reads of a search: candidates of settings, the known passes,
+    the first batch."""
 
-    def __init__(self, conv, feeds) -> None:
-        self.conv, self.known_passes, self.batches = conv, known_passes(None), [(feeds, None)]
+    def __init__(self, remedies: "_Remedies", feeds) -> None:
+        self.remedies, self.known_passes, self.batches = remedies, known_passes(None), [(feeds, None)]
+        self.user_layers = remedies.user_layers
 
     def candidate(self, settings: Mapping[str, Any]):
-        return with_settings(self.conv, settings), self.conv.config["output_dir"]
+        conv = self.remedies.converter(settings)[0]
+        return conv, conv.config["output_dir"]
 
 
 def with_settings(conv, settings: Mapping[str, Any]):
@@ -107,6 +128,15 @@ def with_settings(conv, settings: Mapping[str, Any]):
     other = copy.copy(conv)
     other.config = normalize(dict(conv.config, **settings, accuracy_auto=False), conv.handler.framework)
     return other
+
+
+def built_converter(conv, settings: Mapping[str, Any]):
+    """A converter building ``settings`` with ``accuracy_auto`` off: :func:`with_settings`, or,
+    where ``settings`` change the float graph (``equalization``), a new converter of the
+    model (reading the statistics of the ``output_dir`` they name)."""
+    if bool(settings.get("equalization", conv.config["equalization"])) == bool(conv.config["equalization"]):
+        return with_settings(conv, settings)
+    return type(conv)(conv.handler, conv.source, dict(conv.config, **settings, accuracy_auto=False), conv.device_info)
 
 
 def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
@@ -125,36 +155,68 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
     except EvaluationError as e:
         return qgraph, AutoDecision(None, None, {}, None, n_held, bound,
                                     f"not checked: {str(e).splitlines()[0][:150]}")
+    step = below_one_step(qgraph, reference)
+    if step is not None:
+        return qgraph, AutoDecision(None, None, {}, None, n_held, bound,
+                                    f"not checked: the float outputs on the held-out samples are all below one "
+                                    f"quantization step of the outputs ({step:.3g}): their cosine says nothing; "
+                                    "plain build kept")
     if before >= bound:
         return qgraph, AutoDecision(before, before, {}, 1.0, n_held, bound, "plain build kept")
     with warnings.catch_warnings():   # every method on every tensor: no warning per try
         warnings.simplefilter("ignore")
-        return _Remedies(conv, stats, fit, held, reference, bound).run(qgraph, before, n_held)
+        return _Remedies(conv, stats, sample, reference, bound).run(qgraph, before, n_held)
+
+
+def below_one_step(qgraph: Graph, reference) -> Optional[float]:
+    """The smallest quantization step of ``qgraph``'s quantized outputs when every float
+    output value in ``reference`` (the held-out samples') is smaller than it: outputs the
+    quantized model can only give as 0 (e.g. a detector's score map on inputs without
+    anything to detect), whose cosine is noise; None otherwise."""
+    steps = [float(np.max(qgraph.qparams[t].scale)) for t in qgraph.outputs if t in qgraph.qparams]
+    if not steps or len(steps) < len(qgraph.outputs):
+        return None
+    largest = max(float(np.max(np.abs(r))) if np.size(r) else 0.0 for r in reference)
+    return min(steps) if largest < min(steps) else None
 
 
 class _Remedies:
     """The remedy steps of :func:`auto_quantize` below the bound."""
 
-    def __init__(self, conv, stats, fit, held, reference, bound: float) -> None:
-        self.conv, self.stats, self.fit, self.held = conv, stats, fit, held
+    def __init__(self, conv, stats, sample, reference, bound: float) -> None:
+        self.conv, self.sample = conv, sample
+        self.fit, self.held = split_sample(sample)
         self.reference, self.bound = reference, bound
         self.user_layers = list(conv.config["layer_configs"])
-        self.baseline = self.latency(conv.quantize(stats, dict(conv.config, auto_int16=False)), conv.config)
+        # equalization on or off -> (converter of that float graph, its statistics)
+        self.bases = {bool(conv.config["equalization"]): (conv, stats)}
+        all_int8 = dict(conv.config, auto_int16=False)
+        self.baseline_quantized = set(make_plan(conv.graph, all_int8).quantized_nodes)
+        self.baseline = self.latency(conv.quantize(stats, all_int8), conv.config)
         self.limit = None if self.baseline is None else self.baseline * float(conv.config["accuracy_auto_latency_ratio"])
 
+    def converter(self, settings: Mapping[str, Any]):
+        """(converter of ``settings``, the statistics it quantizes from)."""
+        base, stats = self.bases[bool(settings.get("equalization", self.conv.config["equalization"]))]
+        return with_settings(base, settings), stats
+
     def latency(self, qgraph: Graph, config) -> Optional[float]:
-        """Predicted seconds of one inference of ``qgraph`` compiled; None without an engine."""
+        """Predicted seconds of one inference of ``qgraph`` compiled (engines, plus the host
+        estimate of layers it keeps in fp32 that the all-int8 model quantizes,
+        :func:`~ratelnn.tune.pricing.host_seconds`); None without an engine."""
         try:
-            return price(qgraph, config, self.conv.device_info)[1].latency_s
+            engines = price(qgraph, config, self.conv.device_info)[1].latency_s
         except ValueError:
             return None
+        moved = self.baseline_quantized - set(make_plan(qgraph, config).quantized_nodes)
+        return engines + host_seconds(self.conv.graph, moved)
 
     def judge(self, settings: Dict[str, Any]):
         """(cosine on the held-out part, quantized IR) of ``settings``; (None, None) when they
         cannot be built."""
-        other = with_settings(self.conv, settings)
+        other, stats = self.converter(settings)
         try:
-            q = other.quantize(self.stats)
+            q = other.quantize(stats)
             return output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0], q
         except RatelError:
             return None, None
@@ -164,28 +226,98 @@ class _Remedies:
         config = self.conv.config
         for method in (m for m in AUTO_METHODS if m != config["quantize_algorithm"]):
             best = self.keep(best, dict(best[1], quantize_algorithm=method))
+        if best[0] < self.bound and not config["equalization"] and self.equalized():
+            best = self.keep(best, dict(best[1], equalization=True, output_dir=self.bases[True][0].config["output_dir"]))
         if best[0] < self.bound and config["bias_correction"] == "none":
             best = self.keep(best, dict(best[1], bias_correction="empirical"))
         note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
         if best[0] < self.bound and self.limit is not None:
-            best, note = self.int16(best)
+            best, note = self.int16(self.borders(self.recurrences(best)))
         cosine, settings, q = best
         ratio = None
         if settings and self.baseline:
-            latency = self.latency(q, with_settings(self.conv, settings).config)
+            latency = self.latency(q, self.converter(settings)[0].config)
             ratio = None if latency is None else latency / self.baseline
         return q, AutoDecision(before, cosine, settings, ratio, n_held, self.bound, note)
 
-    def keep(self, best, settings):
-        cosine, q = self.judge(settings)
+    def keep(self, best, settings, judged=None):
+        """(cosine, settings, quantized IR) of ``settings`` when it beats ``best``, else ``best``;
+        ``judged``: their (cosine, quantized IR) when already measured.  Each try is logged."""
+        cosine, q = self.judge(settings) if judged is None else judged
+        LOG.debug("accuracy_auto: %s -> %s", describe(settings), "not built or over the latency limit"
+                  if cosine is None else f"{cosine:.4f}")
         return (cosine, settings, q) if cosine is not None and cosine > best[0] + MIN_GAIN else best
+
+    def equalized(self) -> bool:
+        """Whether the equalized float graph differs from the original and was calibrated on
+        the kept sample (into ``<output_dir>/``:data:`EQUALIZED_DIR`)."""
+        config = self.conv.config
+        out = os.path.join(str(config["output_dir"]), EQUALIZED_DIR)
+        try:
+            conv = type(self.conv)(self.conv.handler, self.conv.source,
+                                   dict(config, output_dir=out, equalization=True, accuracy_auto=False),
+                                   self.conv.device_info)
+            if conv.fingerprint == self.conv.fingerprint:   # no pair to equalize
+                return False
+            os.makedirs(out, exist_ok=True)
+            start_fresh(out)
+            stats = conv.calibrate(self.sample, progress=False)
+        except RatelError as e:
+            LOG.info("accuracy_auto: equalization not tried: %s", str(e).splitlines()[0])
+            return False
+        self.bases[True] = (conv, stats)
+        return True
+
+    def within_limit(self, settings) -> Tuple[Optional[float], Optional[Graph]]:
+        """(held-out cosine, quantized IR) of ``settings`` when they build and their predicted
+        latency is within the limit; (None, None) otherwise."""
+        other, stats = self.converter(settings)
+        try:
+            q = other.quantize(stats)
+        except RatelError:
+            return None, None
+        latency = self.latency(q, other.config)
+        if latency is None or latency > self.limit * (1 + 1e-9):
+            return None, None
+        return output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0], q
+
+    def recurrences(self, best):
+        """int16 on the quantized elementwise chains of an unrolled recurrence on top of
+        ``best``, kept when it raises the cosine within the latency limit."""
+        conv, _ = self.converter(best[1])
+        fixed = {str(e.get("layer_name")) for e in self.user_layers}
+        names = [n for n in recurrence_layers(conv.graph, make_plan(conv.graph, conv.config).quantized_nodes)
+                 if n not in fixed]
+        if not names:
+            return best
+        settings = dict(best[1], layer_configs=self.user_layers + [{"layer_name": n, "data_type": "int16"}
+                                                                   for n in names])
+        return self.keep(best, settings, self.within_limit(settings))
+
+    def borders(self, best):
+        """fp32 at every quantized tensor a numerically sensitive float op reads, with int16
+        upstream of it (tune's borders move, :func:`~ratelnn.tune.borders.border_moves`), on
+        top of ``best``: kept when it raises the cosine within the latency limit."""
+        settings = dict(best[1], layer_configs=list(best[1].get("layer_configs", self.user_layers)))
+        moves = border_moves(_Probe(self, None), Point("auto", settings, best[0], 0.0, True, 0.0))
+        if not moves:
+            return best
+        entries = {e["layer_name"]: e for e in settings["layer_configs"]}
+        for _, fp32, int16 in moves:
+            entries.update((n, {"layer_name": n, "data_type": "int16"}) for n in int16)
+            entries.update((n, {"layer_name": n, "data_type": "fp32"}) for n in fp32)
+        candidate = dict(settings, layer_configs=list(entries.values()))
+        return self.keep(best, candidate, self.within_limit(candidate))
 
     def int16(self, best) -> Tuple[tuple, str]:
         """int16 on the k least precise layers on top of ``best``, k = 1, 2, 4, ... within the
         latency limit; (the best found, a note)."""
+        if best[0] >= self.bound:
+            return best, "bound met"
         feeds = chunked(self.fit, (self.conv.config["input_shapes"] or [[None]])[0][0])[0][0]
-        probe = _Probe(self.conv, feeds)
-        start = Point("auto", dict(best[1], layer_configs=self.user_layers,
+        probe = _Probe(self, feeds)
+        layers = list(best[1].get("layer_configs", self.user_layers))
+        start = Point("auto", dict(best[1], layer_configs=layers,
                                    quantize_algorithm=best[1].get("quantize_algorithm",
                                                                   self.conv.config["quantize_algorithm"])),
                       best[0], 0.0, True, 0.0)
@@ -196,17 +328,13 @@ class _Remedies:
         found, k = best, 1
         while k <= len(ranked):
             entries: List[Dict[str, str]] = [e for r in ranked[:k] for e in r[1]]
-            settings = dict(best[1], layer_configs=self.user_layers + entries)
-            other = with_settings(self.conv, settings)
-            try:
-                q = other.quantize(self.stats)
-            except RatelError:
-                break
-            latency = self.latency(q, other.config)
-            if latency is None or latency > self.limit * (1 + 1e-9):
+            settings = dict(best[1], layer_configs=layers + entries)
+            cosine, q = self.within_limit(settings)
+            LOG.debug("accuracy_auto: %s -> %s", describe(settings), "over the latency limit" if cosine is None
+                      else f"{cosine:.4f}")
+            if cosine is None:
                 return found, (f"bound {self.bound:g} not met within {self.limit / self.baseline:g} x the "
                                f"all-int8 latency" if found[0] < self.bound else "bound met")
-            cosine = output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0]
             if cosine > found[0] + MIN_GAIN:
                 found = (cosine, settings, q)
             if found[0] >= self.bound:

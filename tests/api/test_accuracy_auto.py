@@ -1,6 +1,7 @@
 """The default build checks itself (config ``accuracy_auto``): on a graph with a known int8 loss
-it remedies the loss within the latency budget, says so in one line printed once, records the
-decision (converter, IR meta, the config the CLI writes), and the decision's keys
+it remedies the loss within the latency budget (equalization, before any int16), says so in one
+line printed once, records the decision (converter, IR meta, the exported GraphDef, the config
+the CLI writes), and the decision's keys
 with ``accuracy_auto`` off rebuild the same engines without calibrating; ``accuracy_auto=False``
 is plain int8; a model already good keeps its plain build after one check."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import ratelnn
-from ratelnn.frontend.tensorflow import converter
+from ratelnn.frontend.tensorflow import converter, recorded_meta
 from ratelnn.runners import run_model
 from helpers.int8_loss import SHAPE, depthwise_loss_graph
 from helpers.stats import small_graph_def
@@ -60,6 +61,9 @@ def test_default_build_remedies_a_known_int8_loss(builds):
     decision = out[True][0].accuracy_auto
     assert decision.cosine_before < 0.99 <= decision.cosine_after and decision.held_out_samples == 16
     assert decision.settings and decision.latency_ratio <= 1.3
+    # the channel ranges 1 : 1e-3 are what cross-layer equalization removes: no int16 needed
+    assert decision.settings["equalization"] is True
+    assert not any(e["data_type"] == "int16" for e in decision.settings.get("layer_configs", []))
     assert not hasattr(out[False][0], "accuracy_auto")
 
 
@@ -67,6 +71,13 @@ def test_decision_is_recorded_and_rebuilds_without_calibrating(builds):
     graph_def, _, out = builds
     conv, graph_npu, tmp = out[True]
     assert conv.quantized_ir().meta["accuracy_auto"]["settings"] == conv.accuracy_auto.settings
+    assert recorded_meta(graph_npu) == {"accuracy_auto": conv.accuracy_auto.to_dict()}
+    assert recorded_meta(conv.to_quant())["accuracy_auto"]["settings"] == conv.accuracy_auto.settings
+    assert recorded_meta(out[False][1]) == {}
+    # emitting and compiling use the config the decision built with, not the converter's
+    built = conv.build_config(conv.quantized_ir())
+    assert {k: built[k] for k in conv.accuracy_auto.settings} == conv.accuracy_auto.settings
+    assert out[False][0].build_config(out[False][0].quantized_ir()) is out[False][0].config
     rebuilt = conv.built_config
     assert rebuilt["accuracy_auto"] is False
     stats_before = sorted(os.listdir(tmp / "ratel_stats")) if (tmp / "ratel_stats").is_dir() else None
@@ -121,3 +132,18 @@ def test_latency_budget_bounds_the_int16_remedy(tmp_path):
     assert not any(e["data_type"] == "int16" for e in decision.settings.get("layer_configs", []))
     with pytest.raises(ratelnn.config.ConfigError, match="accuracy_auto_latency_ratio"):
         converter(depthwise_loss_graph(), _config(tmp_path, accuracy_auto_latency_ratio=0.9))
+
+
+def test_held_out_outputs_below_one_step_are_not_judged(tmp_path):
+    """Held-out samples whose float outputs are all below one quantization step of the outputs
+    (here zero inputs: a detector's score map on images with nothing to detect) give a cosine
+    of noise: the build says so and keeps plain int8 instead of remedying noise."""
+    ratelnn.tf_init()
+    rng = np.random.default_rng(1)
+    data = np.concatenate([rng.normal(0, 1, (24, *SHAPE)), np.zeros((8, *SHAPE))]).astype(np.float32)
+    conv = converter(depthwise_loss_graph(), _config(tmp_path))
+    conv.calibrate(data, progress=False)
+    conv.to_quant()
+    decision = conv.accuracy_auto
+    assert decision.cosine_before is None and decision.settings == {}
+    assert "below one quantization step" in decision.note and decision.held_out_samples == 8

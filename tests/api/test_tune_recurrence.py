@@ -73,3 +73,24 @@ def test_tune_meets_the_target_with_the_recurrence_in_int16(tmp_path):
     assert move.metric >= 0.99 and r.met and r.latency_s <= 1.3 * r.baseline_latency_s
     assert {e["layer_name"] for e in move.settings["layer_configs"] if e["data_type"] == "int16"} == \
         set(recurrence_layers(*_plan(tmp_path)))
+
+
+def test_default_build_puts_the_recurrence_in_int16(tmp_path):
+    """The default build's automatic step makes the same move within its latency budget,
+    judged on sequences calibration never saw (quantized model: the same decision as the
+    compiled one, without compiling 94 layers here)."""
+    ratelnn.tf_init()
+    rng = np.random.default_rng(1)
+    data, unseen = (rng.normal(0, 1, (n, STEPS, FEATURES)).astype(np.float32) for n in (32, 16))
+    conv = converter(_graph(), _config(tmp_path))
+    conv.calibrate(data, progress=False)
+    quant = conv.to_quant()
+    decision = conv.accuracy_auto
+    assert decision.cosine_before < 0.99 <= decision.cosine_after and decision.latency_ratio <= 1.3
+    int16 = {e["layer_name"] for e in decision.settings["layer_configs"] if e["data_type"] == "int16"}
+    assert set(recurrence_layers(*_plan(tmp_path))) <= int16
+    from ratelnn.runners import run_model
+    run = lambda g: np.concatenate([run_model("tensorflow", g, {"sequence": unseen[k:k + BATCH]}, ["scores"])[0]
+                                    for k in range(0, len(unseen), BATCH)]).ravel()
+    f, q = run(_graph()), run(quant)
+    assert f @ q / (np.linalg.norm(f) * np.linalg.norm(q)) >= 0.99

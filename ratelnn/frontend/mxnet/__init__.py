@@ -7,7 +7,7 @@ tuple form.
 from __future__ import annotations
 
 from ..entry_points import converters
-from .exporter import export_json, export_symbol
+from .exporter import export_json, export_symbol, recorded_meta
 from .handler import MXModelHandler
 from .importer import import_symbol
 from . import model_io
@@ -17,4 +17,4 @@ converter, joint_converter = converters(MXModelHandler, "MXNet model")
 
 
 __all__ = ["converter", "joint_converter", "MXModelHandler", "import_symbol", "export_symbol", "export_json",
-           "model_io"]
+           "model_io", "recorded_meta"]

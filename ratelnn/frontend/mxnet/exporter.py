@@ -21,6 +21,7 @@ import numpy as np
 from ...errors import ModelError
 from ...ir import Graph, Node, registry
 from ...ir.naming import NameAllocator
+from ...ir.recorded import PREFIX, decoded, recorded_texts
 from ...mxnet_compat import import_mxnet
 from .attrs import CUSTOM_OPS, encode_custom_attrs, float_str, full_extra, tuple_str
 from .model import RATEL_DTYPE_ATTR
@@ -314,6 +315,9 @@ def export_json(graph: Graph) -> Tuple[str, Dict[str, np.ndarray]]:
     ex = _Exporter(graph)
     for name in graph.inputs:
         ex.entries[name] = ex.variable(ex.claim(name))
+    if graph.inputs:   # hidden attributes (``__name__``) of a variable: kept by MXNet, read by no op
+        ex.nodes[ex.entries[graph.inputs[0]][0]]["attrs"].update(
+            (f"__{name}__", text) for name, text in recorded_texts(graph.meta).items())
     for node in graph.nodes:
         export = _EXPORTERS.get(node.op)
         if export is None:
@@ -339,6 +343,15 @@ def _output_node_name(ex: _Exporter, node: Node) -> str:
     if ":" not in base and all(t == f"{base}:{k}" for k, t in enumerate(node.outputs) if k):
         return ex.claim(base)
     return ex.fresh(node.name.replace(":", "_"))
+
+
+def recorded_meta(model) -> Dict[str, Any]:
+    """The build records (:mod:`ratelnn.ir.recorded`) ``export_json`` wrote into the symbol
+    of ``model`` (a ``(symbol, arg_params, aux_params)`` tuple or a symbol): key -> value,
+    e.g. ``["accuracy_auto"]``."""
+    symbol = model[0] if isinstance(model, tuple) else model
+    return decoded((k.strip("_"), v) for attrs in symbol.attr_dict().values() for k, v in attrs.items()
+                   if k.startswith("__" + PREFIX))
 
 
 def export_symbol(graph: Graph):

@@ -9,7 +9,7 @@ compiled forms with ratelnn's ops of the domain ``ratelnn`` (``ratelnn.onnx_sess
 from __future__ import annotations
 
 from ..entry_points import converters
-from .exporter import export_model
+from .exporter import export_model, recorded_meta
 from .handler import ONNXModelHandler
 from .importer import import_model
 from .model_io import load_model, save_model
@@ -20,4 +20,4 @@ converter, joint_converter = converters(ONNXModelHandler, "ONNX model")
 
 
 __all__ = ["converter", "joint_converter", "ONNXModelHandler", "import_model", "export_model", "load_model",
-           "save_model", "onnx_session"]
+           "save_model", "onnx_session", "recorded_meta"]

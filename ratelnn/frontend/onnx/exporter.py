@@ -19,6 +19,7 @@ import numpy as np
 from ...errors import ModelError
 from ...ir import Graph, Node, registry
 from ...ir.naming import NameAllocator
+from ...ir.recorded import decoded, recorded_texts
 from .model_io import DOMAIN, DOMAIN_VERSION, MIN_OPSET, import_onnx, max_opset
 
 QDQ_INT16_OPSET = 21   # QuantizeLinear/DequantizeLinear take int16 from this opset on
@@ -347,7 +348,14 @@ def export_model(graph: Graph) -> Any:
         opsets.append(onnx.helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     model = onnx.helper.make_model(onnx_graph, opset_imports=opsets, producer_name="ratelnn")
     model.ir_version = min(model.ir_version, _max_ir_version())
+    onnx.helper.set_model_props(model, recorded_texts(graph.meta))
     return model
+
+
+def recorded_meta(model) -> Dict[str, Any]:
+    """The build records (:mod:`ratelnn.ir.recorded`) ``export_model`` wrote into the
+    ``metadata_props`` of ``model``: key -> value, e.g. ``["accuracy_auto"]``."""
+    return decoded((p.key, p.value) for p in model.metadata_props)
 
 
 def _requantize_propagated(ex: _Exporter) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..entry_points import converters
-from .exporter import export_graphdef
+from .exporter import export_graphdef, recorded_meta
 from .freeze import freeze_keras, freeze_saved_model
 from .handler import TFModelHandler
 from .importer import import_graphdef
@@ -14,4 +14,4 @@ converter, joint_converter = converters(TFModelHandler, "frozen GraphDef")
 
 
 __all__ = ["converter", "joint_converter", "freeze_keras", "freeze_saved_model", "TFModelHandler",
-           "import_graphdef", "export_graphdef", "model_io"]
+           "import_graphdef", "export_graphdef", "model_io", "recorded_meta"]

@@ -9,13 +9,14 @@ its registry entry (ratelnn/ir/registry.py); one with attributes has its functio
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 import numpy as np
 
 from ...errors import ModelError
 from ...ir import Graph, Node, registry
 from ...ir.naming import NameAllocator
+from ...ir.recorded import PREFIX, decoded, recorded_texts
 
 
 class _Exporter:
@@ -414,7 +415,17 @@ def export_graphdef(graph: Graph):
     for t in graph.outputs:
         if ex.ref(t) != t and ":" not in t:  # an output whose producer could not take its name
             ex.add(ex.claim(t), "Identity", [ex.ref(t)], T=ex.dtype_of(t))
+    for name, text in recorded_texts(graph.meta).items():   # read by nothing: metadata only
+        _claimed_const(ex, name.replace(".", "/"), np.array(text.encode(), dtype=object))
     return ex.graph_def
+
+
+def recorded_meta(graph_def) -> Dict[str, Any]:
+    """The build records (:mod:`ratelnn.ir.recorded`) ``export_graphdef`` wrote into
+    ``graph_def``: key -> value, e.g. ``["accuracy_auto"]``, the automatic decision."""
+    return decoded((n.name.replace("/", ".", 1), n.attr["value"].tensor.string_val[0].decode())
+                   for n in graph_def.node if n.op == "Const" and n.name.startswith(PREFIX.rstrip(".") + "/")
+                   and n.attr["value"].tensor.string_val)
 
 
 def _claimed_const(ex: _Exporter, name: str, value) -> str:
