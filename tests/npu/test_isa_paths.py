@@ -314,10 +314,11 @@ def test_peak_probe_names_each_paths_multiply_add(path):
 
 def _gemm_cases():
     """(engine, input) pairs aimed at the GEMM of 1x1 and KxK convs (on amx the tdpbusd tiles
-    where M >= 16, K >= 128, >= 32 channels; vpdpbusd below): odd channel counts, K off the
+    where M >= 16, K >= 64, >= 32 channels; vpdpbusd below): odd channel counts, K off the
     64-value tile steps (27, 99, 200, 300, 576) and on them (64, 256), strides, asymmetric
     pads, a dilation, groups, a 1x1 image at batch 20 (a dense layer's shape), int8/uint8
-    activations, row counts off the 16-row tiles, ReLU and the whole int8 range."""
+    activations, row counts off the 16-row tiles (49 and 50: 48 on the tiles, the rest on the
+    vpdpbusd tail), ReLU and the whole int8 range."""
     rng = np.random.default_rng(31)
     cases = []
     # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, groups, x dtype, batch)
