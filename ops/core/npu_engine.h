@@ -93,7 +93,8 @@ struct Instruction {
   std::shared_ptr<const void> channel_params[kIsaCount];
   // The executor plan (plan_fusions, npu_plan.h; docs/architecture.md §7): a CONV2D whose
   // epilogue also computes the ADD at index fused_add (and the REQUANT at fused_requant after
-  // it), -1 for none; `fused` marks the ADD/REQUANT so computed, which the executor skips.
+  // it), -1 for none; `fused` marks the ADD/REQUANT so computed, or a PAD folded into the
+  // padding of the CONV2D / MAX_POOL that reads it (plan_fusions), which the executor skips.
   int fused_add = -1, fused_requant = -1;
   bool fused = false;
   // ADD/SUB of same-shape 8-bit codes into 8-bit codes: the narrow integer parameters found and
