@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/isa.h"
 #include "core/npu_format.h"
 #include "core/npu_wire.h"
@@ -81,8 +82,9 @@ struct Instruction {
   std::vector<uint8_t> packed_weights;
   // The int8 dot-product (vpdpbusd) copy of 8-bit x int8 GEMM weights, built when the CPU has
   // that path (npu_kernels.h): int8 k-quads, and per output channel -128 * sum(w) for int8
-  // activations (they enter as x + 128); both empty otherwise.
-  std::vector<int8_t> packed_quads;
+  // activations (they enter as x + 128); both empty otherwise.  64-byte aligned: the quad rows
+  // are whole cache lines (the AMX B tiles' rows).
+  AlignedVector<int8_t> packed_quads;
   std::vector<int32_t> quad_correction;
   // The depthwise weights (multiplier 1) of the AVX2 and AVX-512 paths, built when the CPU has AVX2
   // (npu_kernels.h): int32 [ceil(Cout/16)][kh*kw][16 channels]; empty otherwise.
