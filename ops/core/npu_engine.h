@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/isa.h"
 #include "core/npu_format.h"
 #include "core/npu_wire.h"
@@ -81,8 +82,9 @@ struct Instruction {
   std::vector<uint8_t> packed_weights;
   // The int8 dot-product (vpdpbusd) copy of 8-bit x int8 GEMM weights, built when the CPU has
   // that path (npu_kernels.h): int8 k-quads, and per output channel -128 * sum(w) for int8
-  // activations (they enter as x + 128); both empty otherwise.
-  std::vector<int8_t> packed_quads;
+  // activations (they enter as x + 128); both empty otherwise.  64-byte aligned: the quad rows
+  // are whole cache lines (the AMX B tiles' rows).
+  AlignedVector<int8_t> packed_quads;
   std::vector<int32_t> quad_correction;
   // The depthwise weights (multiplier 1) of the AVX2 and AVX-512 paths, built when the CPU has AVX2
   // (npu_kernels.h): int32 [ceil(Cout/16)][kh*kw][16 channels]; empty otherwise.
@@ -93,7 +95,8 @@ struct Instruction {
   std::shared_ptr<const void> channel_params[kIsaCount];
   // The executor plan (plan_fusions, npu_plan.h; docs/architecture.md §7): a CONV2D whose
   // epilogue also computes the ADD at index fused_add (and the REQUANT at fused_requant after
-  // it), -1 for none; `fused` marks the ADD/REQUANT so computed, which the executor skips.
+  // it), -1 for none; `fused` marks the ADD/REQUANT so computed, or a PAD folded into the
+  // padding of the CONV2D / MAX_POOL that reads it (plan_fusions), which the executor skips.
   int fused_add = -1, fused_requant = -1;
   bool fused = false;
   // ADD/SUB of same-shape 8-bit codes into 8-bit codes: the narrow integer parameters found and

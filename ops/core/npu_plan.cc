@@ -47,6 +47,34 @@ void plan_conv_adds(Engine& e, const std::vector<int>& producer, const std::vect
   }
 }
 
+// A PAD of the spatial dims whose output only the CONV2D or MAX_POOL after it reads joins
+// that instruction's own padding (its input becomes the PAD's; the PAD is marked fused):
+// ResNet50's conv1_pad / pool1_pad, MobileNetV2's stride-2 pads.  Same bits: a CONV2D pads
+// with code 0 (reference.py conv2d), so the PAD must too; a MAX_POOL leaves the cells outside
+// the image out of its windows, which equals padding with the dtype's lowest code as long as
+// every window keeps a cell of the image (each side's padding below the window).
+void plan_pad_folds(Engine& e, const std::vector<int>& producer, const std::vector<int>& readers,
+                    const std::vector<bool>& is_output) {
+  for (Instruction& ins : e.instructions) {
+    const bool conv = ins.opcode == Opcode::kConv2D, pool = ins.opcode == Opcode::kMaxPool;
+    if ((!conv && !pool) || ins.inputs.empty() || ins.attrs.pads.size() != 4) continue;
+    const int t = ins.inputs[0], k = producer[t];
+    if (k < 0 || readers[t] != 1 || is_output[t]) continue;
+    Instruction& pad = e.instructions[k];
+    const std::vector<int64_t>& pp = pad.attrs.pads;
+    if (pad.opcode != Opcode::kPad || pad.fused || pp.size() != 8 || pp[0] || pp[1] || pp[6] || pp[7]) continue;
+    if (pad.attrs.pad_value != (conv ? 0 : qmin(e.tensors[t].dtype))) continue;
+    std::vector<int64_t> pads(4);
+    for (int d = 0; d < 4; ++d) pads[d] = ins.attrs.pads[d] + pp[2 + d];
+    bool windows_keep_the_image = true;
+    for (int d = 0; pool && d < 4; ++d) windows_keep_the_image &= pads[d] < ins.attrs.ksize[d / 2];
+    if (!windows_keep_the_image) continue;
+    ins.inputs[0] = pad.inputs[0];
+    ins.attrs.pads = pads;
+    pad.fused = true;
+  }
+}
+
 // The narrow plan (npu_add_narrow.h) of ADD/SUB `add`, with the REQUANT `then` (or null) the
 // executor runs in the same pass: same-shape tensor operands, 8-bit codes in and out.
 void plan_narrow_add(const Engine& e, Instruction& add, const Instruction* then) {
@@ -81,6 +109,7 @@ void plan_fusions(Engine& e) {
     for (int id : e.instructions[k].inputs) ++readers[id];
   }
   plan_conv_adds(e, producer, readers, is_output);
+  plan_pad_folds(e, producer, readers, is_output);
   std::vector<int> fused_by(n, -1);  // the conv whose epilogue runs ADD j
   for (size_t k = 0; k < n; ++k)
     if (e.instructions[k].fused_add >= 0) fused_by[e.instructions[k].fused_add] = int(k);

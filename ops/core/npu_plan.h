@@ -12,9 +12,11 @@ namespace npu {
 // CONV2D on the GEMM path whose output only the ADD after it reads, the ADD's other operand
 // being computed earlier, runs that ADD (and the REQUANT after it, when it alone reads the
 // sum) in its epilogue: Instruction::fused_add / fused_requant / fused.  Same bits as
-// running them one by one; the engine's instructions are unchanged.  Also the narrow plan of
+// running them one by one; the engine format is unchanged.  Also the narrow plan of
 // each ADD/SUB of 8-bit codes with the REQUANT run in its pass (Instruction::narrow,
-// npu_add_narrow.h), checked on every code pair.
+// npu_add_narrow.h), checked on every code pair.  And a PAD of the spatial dims that only the
+// CONV2D / MAX_POOL after it reads joins that instruction's padding (Instruction::fused on
+// the PAD; the instruction then reads the PAD's input), where that gives the same bits.
 void plan_fusions(Engine& e);
 
 // The batch schedule of a validated engine (docs/architecture.md §7, "Batch split"):

@@ -314,10 +314,13 @@ def test_peak_probe_names_each_paths_multiply_add(path):
 
 def _gemm_cases():
     """(engine, input) pairs aimed at the GEMM of 1x1 and KxK convs (on amx the tdpbusd tiles
-    where M >= 16, K >= 128, >= 32 channels; vpdpbusd below): odd channel counts, K off the
+    where M >= 16, K >= 64, >= 32 channels; vpdpbusd below): odd channel counts, K off the
     64-value tile steps (27, 99, 200, 300, 576) and on them (64, 256), strides, asymmetric
     pads, a dilation, groups, a 1x1 image at batch 20 (a dense layer's shape), int8/uint8
-    activations, row counts off the 16-row tiles, ReLU and the whole int8 range."""
+    activations, row counts off the 16-row tiles (49 and 50: 48 on the tiles, the rest on the
+    vpdpbusd tail), ReLU and the whole int8 range; a 7x7 3x3 conv of 256 channels (ResNet50's
+    last stage at batch 1: one pixel tile whose channel splits read rows packed once by all
+    threads)."""
     rng = np.random.default_rng(31)
     cases = []
     # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, groups, x dtype, batch)
@@ -329,7 +332,8 @@ def _gemm_cases():
             (64, 3, 3, 1, 1, (1, 1, 1, 1), 6, 6, 70, 2, "int8", 2),
             (300, 1, 1, 1, 1, (0, 0, 0, 0), 1, 1, 37, 1, "uint8", 20),
             (200, 1, 1, 1, 1, (0, 0, 0, 0), 5, 5, 130, 1, "int8", 1),
-            (3, 3, 3, 1, 1, (0, 0, 0, 0), 9, 9, 48, 1, "int8", 1)]):
+            (3, 3, 3, 1, 1, (0, 0, 0, 0), 9, 9, 48, 1, "int8", 1),
+            (256, 3, 3, 1, 1, (1, 1, 1, 1), 7, 7, 128, 1, "int8", 1)]):
         oh, ow = (h + pads[0] + pads[1] - d * (kh - 1) - 1) // s + 1, (w + pads[2] + pads[3] - d * (kw - 1) - 1) // s + 1
         lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
         x = rng.integers(lo, hi + 1, (n, h, w, cin)).astype(xdt)
