@@ -36,9 +36,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import CalibrationError, DistributedError
+from .oplib import ONNX_DOMAIN
 
-# the ONNX domain of ratelnn's custom ops (docs/onnx.md)
-ONNX_DOMAIN = "ratelnn"
 # environment the driver passes to its workers (read before TensorFlow is imported there)
 FORWARDED_ENV = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
 

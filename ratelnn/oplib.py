@@ -23,6 +23,7 @@ from .frameworks import import_tensorflow, package_dir
 from .mxnet_compat import import_mxnet
 
 FRAMEWORKS = ("tensorflow", "mxnet", "onnxruntime")
+ONNX_DOMAIN = "ratelnn"   # the ONNX domain of the custom ops the onnxruntime library implements (docs/onnx.md)
 
 _lock = threading.Lock()
 _library_paths: Dict[str, str] = {}  # framework -> .so path, as built in this process

@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import ModelError
 from ...frameworks import import_framework
+from ...oplib import ONNX_DOMAIN as DOMAIN   # the ONNX domain of ratelnn's custom ops
 
 MIN_OPSET = 13        # the oldest default-domain opset the frontend reads
-DOMAIN = "ratelnn"    # the ONNX domain of ratelnn's custom ops (docs/onnx.md)
 DOMAIN_VERSION = 1
 _SUBGRAPH_OPS = ("If", "Loop", "Scan")
 ENGINE_OP = "RatelEngineOp"
