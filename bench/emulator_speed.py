@@ -232,7 +232,8 @@ def cached_engine_bytes(arch: str, path: Path) -> List[bytes]:
     graph_def, inputs, outputs = freeze_keras(model)
     with tempfile.TemporaryDirectory(prefix="ratelnn-engines-") as out:
         conv = compiled_converter(graph_def, inputs, outputs, 1, out, image_shape(model))
-        ir = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
+        qgraph = conv.quantized_ir()
+        ir = compile_graph(qgraph, conv.build_config(qgraph), conv.device_info)
     engines = [n.attrs["engine"] for n in ir.nodes if n.op == "Engine"]
     path.write_bytes(pickle.dumps(engines))
     return engines
@@ -244,7 +245,8 @@ def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -
     :func:`ir_runner`."""
     from ratelnn.compiler import compile_graph
     from ratelnn.errors import ModelError
-    compiled_ir = compile_graph(conv.quantized_ir(), conv.config, conv.device_info)
+    qgraph = conv.quantized_ir()
+    compiled_ir = compile_graph(qgraph, conv.build_config(qgraph), conv.device_info)
     start = time.perf_counter()
     try:
         graph_npu = conv.to_npu()

@@ -128,8 +128,8 @@ class ConvertImpl:
         decision = qgraph.meta.get("accuracy_auto")
         if not decision or not decision["settings"]:
             return self.config
-        return config_mod.normalize(dict(self.config, **decision["settings"], accuracy_auto=False),
-                                    self.handler.framework)
+        from .tune.auto import with_settings
+        return with_settings(self, decision["settings"]).config
 
     def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the
