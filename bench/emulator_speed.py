@@ -225,15 +225,12 @@ def cached_engine_bytes(arch: str, path: Path) -> List[bytes]:
     if path.exists():
         return pickle.loads(path.read_bytes())
     import ratelnn
-    from ratelnn.compiler import compile_graph
     from ratelnn.frontend.tensorflow import freeze_keras
     ratelnn.tf_init()
     model = keras_model(arch)
     graph_def, inputs, outputs = freeze_keras(model)
     with tempfile.TemporaryDirectory(prefix="ratelnn-engines-") as out:
-        conv = compiled_converter(graph_def, inputs, outputs, 1, out, image_shape(model))
-        qgraph = conv.quantized_ir()
-        ir = compile_graph(qgraph, conv.build_config(qgraph), conv.device_info)
+        ir = compiled_converter(graph_def, inputs, outputs, 1, out, image_shape(model)).compiled_ir()
     engines = [n.attrs["engine"] for n in ir.nodes if n.op == "Engine"]
     path.write_bytes(pickle.dumps(engines))
     return engines
@@ -243,13 +240,12 @@ def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -
     """``(f, how, compiled IR, to_npu seconds)``: the compiled model in a Session (``how`` starts
     with "TF Session") when ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by
     :func:`ir_runner`."""
-    from ratelnn.compiler import compile_graph
     from ratelnn.errors import ModelError
-    qgraph = conv.quantized_ir()
-    compiled_ir = compile_graph(qgraph, conv.build_config(qgraph), conv.device_info)
     start = time.perf_counter()
+    compiled_ir = conv.compiled_ir()
     try:
-        graph_npu = conv.to_npu()
+        conv.handler.ensure_ops()
+        graph_npu = conv.handler.export_graph(compiled_ir)   # what to_npu() returns
     except ModelError as e:
         print(f"  to_npu() not exportable ({e}); timing the engines through Engine.run", file=sys.stderr)
         return ir_runner(compiled_ir, threads), "engines via Engine.run (Python)", compiled_ir, float("nan")

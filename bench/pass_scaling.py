@@ -87,16 +87,24 @@ def graph(blocks: int, const_elems: int, channels: int = 16) -> Graph:
     return g
 
 
-def time_passes(g: Graph, repeats: int = 3) -> dict:
-    """Best CPU seconds of this process (not wall time: the machine is shared) per pass."""
+def time_passes(g: Graph, repeats: int, collector: bool) -> dict:
+    """Best CPU seconds of this process (not wall time: the machine is shared) per pass over
+    ``repeats`` fresh copies of ``g``; ``collector`` False pauses Python's cyclic garbage
+    collector while a pass runs (timeit's convention: the pass's own work), True leaves it on
+    (what a conversion pays)."""
     best = {name: float("inf") for name, _ in PASSES}
     for _ in range(repeats):
         h = g.copy()
         for name, fn in PASSES:
             gc.collect()
-            start = time.process_time()
-            fn(h)
-            best[name] = min(best[name], time.process_time() - start)
+            if not collector:
+                gc.disable()
+            try:
+                start = time.process_time()
+                fn(h)
+                best[name] = min(best[name], time.process_time() - start)
+            finally:
+                gc.enable()
     return best
 
 
@@ -111,31 +119,35 @@ def exponent(sizes, times) -> float:
     return float(np.polyfit(np.log(sizes), np.log(np.maximum(times, 1e-6)), 1)[0])
 
 
-def pass_rows(max_nodes: int) -> list:
-    """(grows, pass, sizes, seconds, exponent, lines exponent or None) per pass and kind of growth."""
+def pass_rows(max_nodes: int, repeats: int) -> list:
+    """(grows, pass, sizes, seconds, exponent, exponent with the collector on, lines exponent
+    or None) per pass and kind of growth; seconds with the collector paused."""
     rows = []
     node_counts = [n for n in NODE_COUNTS if n <= max_nodes]
-    for label, sizes, make, repeats in (
-            ("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22], lambda s: graph(1, s), 3),
+    for label, sizes, make in (
+            ("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22], lambda s: graph(1, s)),
             # 8 nodes a block with 4 channels and 36-element weights (the block adds a 1x1 projection)
-            ("nodes (chains of 8-node blocks)", node_counts, lambda s: graph(s // 8, 36, channels=4), 3)):
+            ("nodes (chains of 8-node blocks)", node_counts, lambda s: graph(s // 8, 36, channels=4))):
         by_nodes = label.startswith("nodes")
         times = {name: [] for name, _ in PASSES}
+        times_on = {name: [] for name, _ in PASSES}
         lines = {name: [] for name, _ in PASSES}
         actual = []
         for s in sizes:
             g = make(s)
             actual.append(len(g.nodes) if by_nodes else s)
-            t = time_passes(g, repeats)
+            paused, on = time_passes(g, repeats, collector=False), time_passes(g, repeats, collector=True)
             work = lines_per_pass(g) if by_nodes else {}
             for name in times:
-                times[name].append(t[name])
+                times[name].append(paused[name])
+                times_on[name].append(on[name])
                 lines[name].append(work.get(name))
         for name, ts in times.items():
             work_exp = exponent(actual, lines[name]) if by_nodes else None
-            rows.append((label, name, actual, ts, exponent(actual, ts), work_exp))
+            rows.append((label, name, actual, ts, exponent(actual, ts), exponent(actual, times_on[name]), work_exp))
             print(f"{label:32s} {name:22s} " + " ".join(f"{x * 1e3:9.2f}" for x in ts)
-                  + f"  exponent {rows[-1][4]:.2f}" + (f", lines {work_exp:.2f}" if by_nodes else ""), flush=True)
+                  + f"  exponent {rows[-1][4]:.2f} (collector on {rows[-1][5]:.2f})"
+                  + (f", lines {work_exp:.2f}" if by_nodes else ""), flush=True)
     return rows
 
 
@@ -198,26 +210,32 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--doc", action="store_true", help="write the tables into docs/benchmarks.md")
     p.add_argument("--max-nodes", type=int, default=NODE_COUNTS[-1], help="largest chain of the node-count series")
+    p.add_argument("--repeats", type=int, default=5, help="fresh copies each pass is timed on (best kept)")
     p.add_argument("--conversion-nodes", default="5000,20000",
                    help="GraphDef nodes of the converted deep graphs, comma-separated ('' skips the conversion)")
     a = p.parse_args()
-    rows = pass_rows(a.max_nodes)
+    rows = pass_rows(a.max_nodes, a.repeats)
     convs = [conversion(int(n)) for n in a.conversion_nodes.split(",") if n]
     for conv in convs:
         print(conv)
     if a.doc:
         command = "python bench/pass_scaling.py --doc" + (
             f" --max-nodes {a.max_nodes}" if a.max_nodes != NODE_COUNTS[-1] else "") + (
+            f" --repeats {a.repeats}" if a.repeats != 5 else "") + (
             f" --conversion-nodes {a.conversion_nodes}" if a.conversion_nodes != "5000,20000" else "")
         lines = ["## Pass scaling and conversion of deep graphs", "", f"### {cpu_name()}", "",
-                 f"`{command}`: best of 3 CPU milliseconds of the process per pass; exponent = slope of "
-                 "log time against log size (1 = linear); lines exponent (node counts only) = the same "
+                 f"`{command}`: best of {a.repeats} CPU milliseconds of the process per pass, Python's "
+                 "garbage collector paused while the pass runs (timeit's convention); exponent = slope "
+                 "of log time against log size (1 = linear); `collector on`: the same exponent with the "
+                 "collector running, as in a conversion; lines exponent (node counts only) = the same "
                  "slope for the number of Python lines the pass executes (work, free of clock noise and "
                  "of cache effects).", "",
-                 "| grows | pass | times (ms) at the sizes | exponent | lines exponent |", "|---|---|---|---:|---:|"]
-        for label, name, sizes, ts, e, work in rows:
+                 "| grows | pass | times (ms) at the sizes | exponent | collector on | lines exponent |",
+                 "|---|---|---|---:|---:|---:|"]
+        for label, name, sizes, ts, e, e_on, work in rows:
             at = ", ".join(f"{x * 1e3:.2f} @ {s:,}" for s, x in zip(sizes, ts))
-            lines.append(f"| {label} | {name} | {at} | {e:.2f} | {'' if work is None else f'{work:.2f}'} |")
+            lines.append(f"| {label} | {name} | {at} | {e:.2f} | {e_on:.2f} | "
+                         f"{'' if work is None else f'{work:.2f}'} |")
         if convs:
             lines += ["", "Conversion of deep graphs (calibration on 4 random batches of 1), seconds of wall "
                       "time (CPU seconds of the process); the last row: exponent of wall time against "

@@ -246,6 +246,7 @@ def section(row) -> list:
     if tfl_value is not None:
         verdict += (f"; tune {'>=' if round(r.metric, 6) >= tfl_value else '<'} TFLite PTQ ({tfl_value:.6f}, "
                     "compared at 6 decimals)")
+    lines.append(f"\nHeld out: {held_out_text(r)}.")
     lines.append(f"\nChosen config: `{ {k: v for k, v in r.config.items() if k != 'output_dir'} }`. "
                  f"{verdict}. {len(r.history)} candidates, {row['tune_s']:.0f} s (tune), {r.stopped}.")
     if name == "openpose_mobilenet_thin":
@@ -295,10 +296,26 @@ def tflite_value(row):
         return None
 
 
+SUMMARY_HEAD = ["| model | naive int8 | tune | tune, held out | x all-int8 | TFLite PTQ | acceptance |",
+                "|---|---:|---:|---|---:|---:|---|"]
+
+
+def held_out_text(result) -> str:
+    """tune()'s figure on the samples its search never saw, the gap to the tuning figure, and
+    whether the held-out warning fired (gap > ``HELD_OUT_BOUND``)."""
+    from ratelnn.tune.holdout import HELD_OUT_BOUND
+    if result.held_out_metric is None:
+        return "- (too few samples to hold out)"
+    gap = abs(result.metric - result.held_out_metric)
+    warned = "warning fired" if result.held_out_warning else "no warning"
+    return (f"{result.held_out_metric:.6f} on {result.held_out_samples} (gap {gap:.4f}, "
+            f"bound {HELD_OUT_BOUND}: {warned})")
+
+
 def summary(row) -> str:
     """One line of the summary table: the acceptance check for the model."""
     if "error" in row:
-        return f"| {row['name']} | - | - | - | - | not tuned: {row['error'][:120]} |"
+        return f"| {row['name']} | - | - | - | - | - | not tuned: {row['error'][:120]} |"
     r = row["result"]
     naive, tfl = r.history[0].metric, tflite_value(row)
     if naive >= TARGET:
@@ -307,7 +324,7 @@ def summary(row) -> str:
         verdict = "holds" if r.met else "NOT met"
     if tfl is not None:
         verdict += f"; {'>=' if round(r.metric, 6) >= tfl else 'BELOW'} TFLite"
-    return (f"| {row['name']} | {naive:.6f} | {r.metric:.6f} | {r.latency_ratio:.3f} | "
+    return (f"| {row['name']} | {naive:.6f} | {r.metric:.6f} | {held_out_text(r)} | {r.latency_ratio:.3f} | "
             f"{tfl if tfl is not None else str(row.get('tflite', '-'))[:60]} | {verdict} |")
 
 
@@ -328,6 +345,7 @@ def main() -> int:
         rows.append(evaluate(model, args.max_evals, args.time_budget, args.passes))
         print("\n".join(section(rows[-1])), flush=True)
     if args.only:
+        print("\n".join(SUMMARY_HEAD + [summary(row) for row in rows]), flush=True)
         return 0
     lines = ["## Accuracy tuning: c.tune() on the real pretrained graphs", "",
              f"Command: `python bench/tune.py --max-evals {args.max_evals} --time-budget {args.time_budget:g}`", "",
@@ -336,8 +354,10 @@ def main() -> int:
              "compiled model (engines on the emulated NPU) vs FP32 on the test inputs, lowest over the "
              "outputs; latency: NPU cost model, one inference, plus the host estimate for layers moved "
              "to fp32. Method rows are all int8 (`auto_int16` off); `naive` is the all-int8 baseline. "
-             "The search judges on the test inputs themselves (the metric is agreement with FP32, no "
-             "labels). TFLite: full-integer PTQ, float I/O, same calibration inputs, run by the TFLite "
+             "The search judges on the test inputs (the metric is agreement with FP32, no labels) but "
+             "for every 4th, which tune() holds out (ratelnn.tune.holdout): `tune, held out` is the "
+             "chosen build's figure on those, the gap to the tuning figure and whether tune()'s "
+             "warning fired. TFLite: full-integer PTQ, float I/O, same calibration inputs, run by the TFLite "
              "interpreter on the CPU (no NPU latency). Cosines to 6 decimals; tune is compared with TFLite at that precision.",
              "",
              "Notes. A `fp32` layer leaves the NPU: it is charged the host estimate (2 us + its "
@@ -351,7 +371,7 @@ def main() -> int:
              "(Squeeze, Reshape, Pad, Transpose) 0.946/0.952/0.920, only the Squeezes quantized "
              "0.951/0.967/0.918, nothing quantized 1.0: the loss is not one of bit width alone (next paragraph).",
              "", BASIC_PITCH_WHY, "", TEXTGENRNN_WHY]
-    lines += ["", "| model | naive int8 | tune | x all-int8 | TFLite PTQ | acceptance |", "|---|---:|---:|---:|---:|---|"]
+    lines += [""] + SUMMARY_HEAD
     for row in rows:
         lines.append(summary(row))
     for row in rows:

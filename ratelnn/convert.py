@@ -174,9 +174,15 @@ class ConvertImpl:
 
         ``graph_quant``: a quantized model made by ``to_quant`` to compile; None quantizes
         from the statistics in ``output_dir``."""
+        self.handler.ensure_ops()
+        return self.handler.export_graph(self.compiled_ir(graph_quant))
+
+    def compiled_ir(self, graph_quant: Any = None) -> Graph:
+        """The compiled IR that :meth:`to_npu` exports (engines as ``Engine`` nodes with their
+        bytes): the quantized IR compiled under :meth:`build_config`, input processors and
+        the compiler check included; for tools that read or run the engines themselves."""
         from .compiler import compile_graph
         from .compiler.input_processors import input_processors
-        self.handler.ensure_ops()
         qgraph = self.quantized_ir(graph_quant)
         config = self.build_config(qgraph)
         processors = input_processors(qgraph, config, self.handler.framework)
@@ -184,7 +190,7 @@ class ConvertImpl:
         if config["compiler_check"]:   # the model's engines, fed the quantized model's input codes
             checked = compile_graph(qgraph, config, self.device_info) if processors else compiled
             self.compiler_check_report = self._compiler_check(qgraph, checked)
-        return self.handler.export_graph(compiled)
+        return compiled
 
     def _compiler_check(self, qgraph: Graph, compiled: Graph):
         """``compiler_check`` (docs/multi-batch.md): the compiled model against the quantized

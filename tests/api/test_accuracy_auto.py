@@ -78,6 +78,9 @@ def test_decision_is_recorded_and_rebuilds_without_calibrating(builds):
     built = conv.build_config(conv.quantized_ir())
     assert {k: built[k] for k in conv.accuracy_auto.settings} == conv.accuracy_auto.settings
     assert out[False][0].build_config(out[False][0].quantized_ir()) is out[False][0].config
+    # the compiled IR tools read is the one to_npu exports: the same engines, same bytes
+    ir_engines = b"".join(n.attrs["engine"] for n in conv.compiled_ir().nodes if n.op == "Engine")
+    assert hashlib.sha256(ir_engines).hexdigest() == _engines(graph_npu)
     rebuilt = conv.built_config
     assert rebuilt["accuracy_auto"] is False
     stats_before = sorted(os.listdir(tmp / "ratel_stats")) if (tmp / "ratel_stats").is_dir() else None
