@@ -69,10 +69,9 @@ NOTES = (
 # ---------------------------------------------------------------- compiling with the defaults
 def compile_with_defaults(conv):
     """``(compiled framework model, engine count, split causes)`` of a calibrated converter:
-    ``conv.to_npu()``'s steps, keeping the compiled IR's ``meta["engine_splits"]``."""
-    from ratelnn.compiler import SPLITS_META, compile_graph, split_causes
-    qgraph = conv.quantized_ir()
-    compiled = compile_graph(qgraph, conv.build_config(qgraph), conv.device_info)
+    what ``conv.to_npu()`` returns, with the compiled IR's ``meta["engine_splits"]``."""
+    from ratelnn.compiler import SPLITS_META, split_causes
+    compiled = conv.compiled_ir()
     engines = sum(n.op == "Engine" for n in compiled.nodes)
     return conv.handler.export_graph(compiled), engines, split_causes(compiled.meta[SPLITS_META])
 
