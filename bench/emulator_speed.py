@@ -9,7 +9,8 @@ contender's turn is ``--calls`` consecutive calls) on the same random batch (NCH
 models, which tf2onnx writes from the Keras model with the input NCHW: bench/ort_peer.py):
 
 - ``TF FP32``: the frozen Keras GraphDef in a ``tf.compat.v1.Session``
-  (``intra_op_parallelism_threads=2, inter_op_parallelism_threads=1``);
+  (``intra_op_parallelism_threads=2, inter_op_parallelism_threads=1``), its step prepared
+  once (``ratelnn.runners.session_callable``, as for ``compiled``);
 - ``TFLite int8``: ``TFLiteConverter.from_keras_model`` with a representative dataset and
   ``TFLITE_BUILTINS_INT8`` ops (float input/output), ``tf.lite.Interpreter(num_threads=2)``
   (XNNPACK delegate, the default);
@@ -19,7 +20,8 @@ models, which tf2onnx writes from the Keras model with the input NCHW: bench/ort
 - ``compiled``: ``converter(...).to_npu()`` (calibrated on a few random batches) run in a
   Session with the same thread settings, its ``RatelEngineOp`` nodes on the native executor;
   as ratelnn's own runner does for a model wholly on the NPU, each call runs on the calling
-  thread (``RunOptions.inter_op_thread_pool=-1``, ``ratelnn.runners.tf_session_options``).
+  thread (``RunOptions.inter_op_thread_pool=-1``, ``ratelnn.runners.tf_session_options``)
+  through the step ``ratelnn.runners.session_callable`` prepares once.
   When ``to_npu()`` cannot be exported to TensorFlow (no ``RatelEngineOp`` yet), the compiled
   IR graph runs instead: its Quant, engines (``Engine.run(backend="native",
   num_threads=2)``, decoded once) and Dequant in Python; the table says which;
@@ -127,9 +129,12 @@ def session(graph_def, input_tensor: str, output_tensor: str, threads: int):
 
 
 def session_runner(graph_def, input_tensor: str, output_tensor: str, threads: int) -> Callable:
-    """f(batch) -> output of ``graph_def`` in a Session with ``threads`` intra-op threads."""
+    """f(batch) -> output of ``graph_def`` in a Session with ``threads`` intra-op threads, its
+    step prepared once (``ratelnn.runners.session_callable``, as ratelnn's runner calls it)."""
+    from ratelnn.runners import session_callable
     sess, x, y, run_options = session(graph_def, input_tensor, output_tensor, threads)
-    return lambda batch: sess.run(y, {x: batch}, options=run_options)
+    step = session_callable(sess, [y], [x], run_options)
+    return lambda batch: step(batch)[0]
 
 
 TFLITE_CONVERT_SECONDS: Dict[str, float] = {}  # per model: the converter's convert() time

@@ -2,8 +2,8 @@
 
 For one model of bench/emulator_speed.py (default fer's pretrained mini-Xception, 64x64x1) at
 each batch size, the compiled GraphDef (``to_npu()``) runs in a ``tf.compat.v1.Session``
-(2 intra-op threads) through ``Session.make_callable``; reported, min and median over
-``--repeats`` calls (min-of-N: the machine may be shared):
+(2 intra-op threads) through ``ratelnn.runners.session_callable`` (the step prepared once);
+reported, min and median over ``--repeats`` calls (min-of-N: the machine may be shared):
 
 - ``total``: one call from Python, feed to fetch;
 - ``instructions`` and ``outside the instructions``: over PROFILED_CALLS further calls with
@@ -35,11 +35,10 @@ PROFILED_CALLS = 50
 def session_call(graph_def, input_tensor: str, output_tensor: str, threads: int):
     """``(f(batch), traced(batch) -> {node: us})`` for ``graph_def`` in a Session."""
     import tensorflow as tf
+
+    from ratelnn.runners import session_callable
     sess, x, y, run_options = es.session(graph_def, input_tensor, output_tensor, threads)
-    call = sess.make_callable(y, [x], accept_options=run_options is not None)
-    if run_options is not None:
-        plain = call
-        call = lambda batch: plain(batch, options=run_options)  # noqa: E731
+    call = session_callable(sess, [y], [x], run_options)
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     if run_options is not None:
         options.MergeFrom(run_options)

@@ -66,9 +66,63 @@ def tf_session_options(graph_def: Any, intra_op_threads: int = 0, inter_op_threa
     return config, tf.compat.v1.RunOptions(inter_op_thread_pool=-1)
 
 
+class SessionCallable:
+    """One step of a ``tf.compat.v1.Session`` prepared once: ``call(*arrays)`` feeds ``arrays``
+    (one per feed tensor, in order) and returns the fetched arrays (a list).
+
+    The step is prepared through TensorFlow's ``Session._make_callable_from_options`` (the C
+    API's ``TF_SessionMakeCallable``: the feed and fetch names are resolved and the executors
+    looked up once, not on every call as ``Session.run`` does); ``how`` says whether it was,
+    or why the calls go through ``Session.run`` (that private method is missing).  Every
+    array is cast to its feed's dtype and its shape checked against the feed's static shape,
+    as ``Session.run`` does; a wrong count, shape or value raises :class:`ModelError`."""
+
+    def __init__(self, session: Any, fetches: Sequence[Any], feeds: Sequence[Any], run_options: Any = None) -> None:
+        tf = import_tensorflow()
+        self.feeds, self.fetches = list(feeds), list(fetches)
+        self._dtypes = [t.dtype.as_numpy_dtype for t in self.feeds]
+        self._shapes = [t.shape for t in self.feeds]
+        make = getattr(session, "_make_callable_from_options", None)
+        if make is None:
+            self.how = ("Session.run: this TensorFlow's Session has no _make_callable_from_options "
+                        f"(TensorFlow {tf.__version__})")
+            self._call = lambda *arrays: session.run(self.fetches, dict(zip(self.feeds, arrays)), options=run_options)
+            return
+        from tensorflow.core.protobuf.config_pb2 import CallableOptions
+        options = CallableOptions(feed=[t.name for t in self.feeds], fetch=[t.name for t in self.fetches])
+        if run_options is not None:
+            options.run_options.CopyFrom(run_options)
+        self.how = "Session._make_callable_from_options"
+        step = make(options)
+        self._call = lambda *arrays: step(*arrays)
+
+    def __call__(self, *arrays: Any) -> List[np.ndarray]:
+        if len(arrays) != len(self.feeds):
+            raise ModelError(f"the step takes {len(self.feeds)} feed arrays "
+                             f"({', '.join(t.name for t in self.feeds)}), got {len(arrays)}")
+        cast = []
+        for tensor, dtype, shape, value in zip(self.feeds, self._dtypes, self._shapes, arrays):
+            try:
+                value = np.asarray(value, dtype=dtype)
+            except (TypeError, ValueError) as e:
+                raise ModelError(f"cannot feed {tensor.name} ({np.dtype(dtype).name}): {e}") from None
+            if not shape.is_compatible_with(value.shape):
+                raise ModelError(f"cannot feed an array of shape {value.shape} to {tensor.name} of shape {shape}")
+            cast.append(value)
+        return list(self._call(*cast))
+
+
+def session_callable(session: Any, fetches: Sequence[Any], feeds: Sequence[Any],
+                     run_options: Any = None) -> SessionCallable:
+    """``session``'s step from ``feeds`` to ``fetches`` (``tf.Tensor`` lists) prepared once
+    (:class:`SessionCallable`), run with ``run_options`` (a ``RunOptions`` or None)."""
+    return SessionCallable(session, fetches, feeds, run_options)
+
+
 class TFRunner:
     """A GraphDef in its own ``tf.Graph`` and ``Session`` (:func:`tf_session_options`); ``run``
-    feeds by node or tensor name."""
+    feeds by node or tensor name, through one :func:`session_callable` per set of feed and
+    fetch names (prepared on first use)."""
 
     def __init__(self, graph_def: Any) -> None:
         tf = import_tensorflow()
@@ -80,6 +134,7 @@ class TFRunner:
             tf.compat.v1.import_graph_def(graph_def, name="")
         config, self.run_options = tf_session_options(graph_def)
         self.session = tf.compat.v1.Session(graph=self.graph, config=config)
+        self.steps: Dict[Tuple, SessionCallable] = {}
 
     def _tensor(self, name: str):
         try:
@@ -88,10 +143,15 @@ class TFRunner:
             raise ModelError(f"the TensorFlow model has no tensor {name!r}: {e}") from None
 
     def run(self, feeds: Mapping[str, np.ndarray], fetches: Sequence[str]) -> List[np.ndarray]:
-        feed_dict = {self._tensor(k): v for k, v in feeds.items()}
-        return list(self.session.run([self._tensor(f) for f in fetches], feed_dict, options=self.run_options))
+        names = tuple(feeds)
+        key = (names, tuple(fetches))
+        if key not in self.steps:
+            self.steps[key] = session_callable(self.session, [self._tensor(f) for f in fetches],
+                                               [self._tensor(k) for k in names], self.run_options)
+        return self.steps[key](*(feeds[k] for k in names))
 
     def close(self) -> None:
+        self.steps.clear()
         self.session.close()
 
 

@@ -182,6 +182,11 @@ void load_codes(const uint8_t* p, DType t, int64_t start, int64_t count, int64_t
   RATELNN_ON_ACTIVE_PATH(load_codes_impl(p, t, start, count, period, out))
 }
 
+void add_code_rows(const uint8_t* p, DType t, int64_t start, int64_t rows, int64_t stride, int64_t count,
+                   int32_t* sum) {
+  RATELNN_ON_ACTIVE_PATH(add_code_rows_impl(p, t, start, rows, stride, count, sum))
+}
+
 void scale_add_requant(const int32_t* a, const int32_t* b, int64_t n, int32_t ma, int32_t mb, int s, int64_t lo,
                        int64_t hi, int32_t* out) {
   RATELNN_ON_ACTIVE_PATH(scale_add_requant_impl(a, b, n, ma, mb, s, lo, hi, out))

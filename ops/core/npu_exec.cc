@@ -553,8 +553,9 @@ class Runner {
 
   // ---- MEAN: sum over the axes, then one rounding division per output.  Contiguous axes
   // (x viewed as [outer, cells, inner], e.g. a global average pool) run in column blocks of
-  // kMeanColumns on the pool, each summing its cells rows in int32 runs that cannot overflow,
-  // added up in int64 (the same sum); other axes walk the index.
+  // kMeanColumns on the pool, each adding its cells rows straight from the codes into int32
+  // sums (add_code_rows, one pass) in runs that cannot overflow, added up in int64 (the same
+  // sum); other axes walk the index.
   static constexpr int64_t kMeanColumns = 128;
   void mean(const Instruction& ins) {
     const Attrs& a = ins.attrs;
@@ -572,17 +573,14 @@ class Runner {
       const int64_t blocks = (inner + kMeanColumns - 1) / kMeanColumns;
       const int64_t rows32 = std::max<int64_t>(1, INT32_MAX / qabs(x.dtype));  // rows an int32 sum holds
       parallel_for(outer * blocks, outer * cells * inner >= 8 * kChunk ? threads_ : 1, [&](int64_t begin, int64_t end) {
-        alignas(64) int32_t row[kMeanColumns], sum32[kMeanColumns], res[kMeanColumns];
+        alignas(64) int32_t sum32[kMeanColumns], res[kMeanColumns];
         alignas(64) int64_t acc[kMeanColumns];
         for (int64_t u = begin; u < end; ++u) {
           const int64_t o = u / blocks, c0 = (u % blocks) * kMeanColumns, n = std::min(kMeanColumns, inner - c0);
           std::fill(acc, acc + n, 0);
           for (int64_t r0 = 0; r0 < cells; r0 += rows32) {  // int32 partial sums of rows32 rows
             std::fill(sum32, sum32 + n, 0);
-            for (int64_t r = r0; r < std::min(cells, r0 + rows32); ++r) {
-              load_codes(x.data, x.dtype, (o * cells + r) * inner + c0, n, INT64_MAX, row);
-              for (int64_t i = 0; i < n; ++i) sum32[i] += row[i];
-            }
+            add_code_rows(x.data, x.dtype, (o * cells + r0) * inner + c0, std::min(rows32, cells - r0), inner, n, sum32);
             for (int64_t i = 0; i < n; ++i) acc[i] += sum32[i];
           }
           for (int64_t i = 0; i < n; ++i) res[i] = int32_t(clamp(rdiv(acc[i] * m, den), ins.lo, ins.hi));

@@ -113,6 +113,10 @@ void run_conv(const Engine& e, const Instruction& ins, const ConvGeom& g, const 
 
 // out[j] = element (start + j) % period of the row-major buffer p of dtype t, j < count.
 void load_codes(const uint8_t* p, DType t, int64_t start, int64_t count, int64_t period, int32_t* out);
+// sum[j] += element start + r * stride + j of the row-major buffer p of dtype t, for r < rows,
+// j < count (int32 adds: the caller keeps rows * max|code| below 2^31).
+void add_code_rows(const uint8_t* p, DType t, int64_t start, int64_t rows, int64_t stride, int64_t count,
+                   int32_t* sum);
 // y[index + j] = v[j] narrowed to dtype t (values already in its range), j < count.
 void store_codes(DType t, const int32_t* v, int64_t count, uint8_t* y, int64_t index);
 

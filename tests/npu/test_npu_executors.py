@@ -239,6 +239,28 @@ def test_mean(data):
     assert_close_codes(y, (x * sx).mean(axis=tuple(axes), keepdims=keep), sy, ydt)
 
 
+@pytest.mark.parametrize("xdt, shape", [("int8", (2, 7, 7, 1280)), ("uint8", (1, 12, 12, 200)),
+                                        ("int16", (1, 5, 5, 300))])
+def test_mean_global_pool(xdt, shape):
+    """Global average pools wider than one column block (MobileNetV2's 7x7x1280 head, a tail
+    block of 200 - 128 and 300 - 256 columns), codes at the dtype's extremes: native equals
+    the reference on every path."""
+    rng = np.random.default_rng(5)
+    lo, hi = qrange(xdt)
+    x = rng.integers(lo, hi + 1, shape).astype(xdt)
+    x[0, 0, 0, :5], x[0, -1, -1, -5:] = lo, hi
+    cells = shape[1] * shape[2]
+    m, s = quantize_multiplier(0.5, cells * qabs(xdt))
+    s = min(s, 62 - cells.bit_length())
+    m = int(np.floor(0.5 * 2 ** s + 0.5))
+    b = EngineBuilder("gap", shape[0])
+    tx, ty = b.tensor("x", shape, xdt, 0.01), b.tensor("y", (shape[0], shape[3]), "int8", 0.02)
+    b.add("MEAN", [tx], [ty], axes=[1, 2], keepdims=False, multipliers=[m], shifts=[s])
+    b.set_io([tx], [ty])
+    (y,) = run_both(b, [x])
+    assert_close_codes(y, (x * 0.01).mean(axis=(1, 2)), 0.02, "int8")
+
+
 @SETTINGS
 @given(data=st.data())
 def test_concat_and_requant(data):

@@ -76,6 +76,8 @@ inline int64_t chunk_pairs_for(DType x, DType w) { return std::max<int64_t>(1, (
   int64_t peak_macs_impl(int64_t iters, const char** instruction);                                          \
   void store_codes_impl(DType yt, const int32_t* v, int64_t count, uint8_t* y, int64_t index);              \
   void load_codes_impl(const uint8_t* p, DType t, int64_t start, int64_t count, int64_t period, int32_t* out); \
+  void add_code_rows_impl(const uint8_t* p, DType t, int64_t start, int64_t rows, int64_t stride,            \
+                          int64_t count, int32_t* sum);                                                      \
   void scale_add_requant_impl(const int32_t* a, const int32_t* b, int64_t n, int32_t ma, int32_t mb, int s,  \
                               int64_t lo, int64_t hi, int32_t* out);
 
