@@ -5,7 +5,8 @@ itself and, where int8 loses too much, applies the cheapest remedies.
 from the statistics as configured, then scores the quantized IR (QDQ, numpy evaluator)
 against the float IR on the held-out part of the kept calibration sample
 (:func:`~ratelnn.tune.holdout.split_sample`: every 4th sample, the rule ``tune()`` splits its
-data by): the cosine of all outputs together.  At or above ``accuracy_auto_cosine`` the plain build is kept (one check, no search).
+data by): the cosine of all outputs together.  At or above ``accuracy_auto_cosine`` the plain
+build is kept (one check, no search).
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
 
