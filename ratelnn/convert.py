@@ -77,6 +77,11 @@ class ConvertImpl:
                 qgraph = strip_qdq(self.handler.import_quantized(graph_quant, self.config))
             qgraph.name = self.graph.name
             return qgraph
+        return self._built_ir().copy()
+
+    def _built_ir(self) -> Graph:
+        """The quantized IR from statistics, built once per :meth:`_build_key` (not a copy:
+        callers that edit it take :meth:`quantized_ir`)."""
         key = self._build_key()
         cached = getattr(self, "_quantized", None)
         if cached is None or cached[0] != key:
@@ -87,7 +92,7 @@ class ConvertImpl:
             stats = load_statistics(self.config["output_dir"])
             qgraph = self._auto_quantized(stats) if self.config["accuracy_auto"] else self.quantize(stats)
             cached = self._quantized = (key, qgraph)
-        return cached[1].copy()
+        return cached[1]
 
     def _auto_quantized(self, stats: Mapping[str, Any]) -> Graph:
         """The default build (config ``accuracy_auto``, docs/quantization.md "Automatic
@@ -307,7 +312,7 @@ class ConvertImpl:
         if not self.config["accuracy_auto"]:
             return self
         from .tune.auto import built_converter
-        self.quantized_ir()
+        self._built_ir()
         return built_converter(self, self.accuracy_auto.settings)
 
     def tune(self, data: Any, metric: Any = None, target: float = 0.99, max_latency_ratio: float = 1.3,

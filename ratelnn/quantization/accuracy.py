@@ -1,12 +1,13 @@
 """Apply the data-driven accuracy passes (AdaRound, bias correction) only where they help
 (docs/quantization.md §8, "Checked on held-out samples").
 
-The kept calibration sample is split: the last quarter (at least 4 samples, when the sample
-has 8 or more) is held out, the passes are fitted on the rest, and each combination the
-config asks for (AdaRound + correction, AdaRound alone, correction alone, none) is scored by
-the cosine similarity of the quantized model's outputs to the float model's on the held-out
-samples.  The best wins; ties go to the most passes applied.  So the passes never lower that
-metric on the held-out part.  With fewer than 8 samples nothing is held out and the passes are
+The kept calibration sample is split by the held-out rule
+(:func:`ratelnn.tune.holdout.split_sample`: every 4th sample held out, when the sample has 8
+or more), the passes are fitted on the rest, and each combination the config asks for
+(AdaRound + correction, AdaRound alone, correction alone, none) is scored by the cosine
+similarity of the quantized model's outputs to the float model's on the held-out samples.
+The best wins; ties go to the most passes applied.  So the passes never lower that metric on
+the held-out part.  With fewer than 8 samples nothing is held out and the passes are
 applied unchecked.
 """
 from __future__ import annotations
@@ -22,18 +23,6 @@ from .adaround import adaround
 from .bias_correction import correct_biases, correct_biases_analytic
 from .emit import emit_qdq
 from .layerwalk import check_time, chunked
-
-MIN_CHECKED_SAMPLES = 8
-
-
-def split_sample(sample: Mapping[str, np.ndarray]):
-    """(fit part, held-out part or None) of the kept sample."""
-    n = min(len(v) for v in sample.values())
-    if n < MIN_CHECKED_SAMPLES:
-        return sample, None
-    held = max(4, n // 4)
-    return ({k: v[:n - held] for k, v in sample.items()}, {k: v[n - held:] for k, v in sample.items()})
-
 
 def output_cosine(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
     """(cosine of the QDQ model's outputs to the float model's over ``sample``, the float
@@ -60,6 +49,7 @@ def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
     correction = config.get("bias_correction", "none")
     if not ada and correction == "none":
         return qgraph
+    from ..tune.holdout import split_sample   # the package imports this module
     fit, held = split_sample(sample) if sample is not None else (None, None)
 
     def corrected(q: Graph) -> Graph:

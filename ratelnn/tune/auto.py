@@ -4,8 +4,9 @@ itself and, where int8 loses too much, applies the cheapest remedies.
 :func:`auto_quantize` (``ConvertImpl.quantized_ir`` with config ``accuracy_auto``) quantizes
 from the statistics as configured, then scores the quantized IR (QDQ, numpy evaluator)
 against the float IR on the held-out part of the kept calibration sample
-(:func:`ratelnn.quantization.accuracy.split_sample`: the last quarter): the lowest output
-cosine.  At or above ``accuracy_auto_cosine`` the plain build is kept (one check, no search).
+(:func:`~ratelnn.tune.holdout.split_sample`: every 4th sample, the rule ``tune()`` splits its
+data by): the cosine of all outputs together.  At or above ``accuracy_auto_cosine`` the plain
+build is kept (one check, no search).
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
 
@@ -23,7 +24,10 @@ Below it, in order of cost, each step kept when it raises that figure by more th
    numerically sensitive float ops read (a ``Log``, a ``Pow``) with int16 upstream of them
    (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers
    (the tuner's ranking, :func:`ranked_layers`, measured on the fit part), k = 1, 2, 4, ...;
-   the fewest that meet the bound, else the most that fit.
+   the fewest that meet the bound, else the most that fit;
+5. fp32 on the k least precise layers of the same ranking, from the same start (the layer runs
+   on the host in float: no bit width to lose), k = 1, 2, 4, ... while the predicted latency
+   stays within the limit; the better of steps 4 and 5 is kept.
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
@@ -49,10 +53,11 @@ from ..config import normalize
 from ..errors import RatelError
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError
-from ..quantization.accuracy import output_cosine, split_sample
+from ..quantization.accuracy import output_cosine
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
 from .borders import border_moves
+from .holdout import split_sample
 from .layers import ranked_layers
 from .passes import known_passes
 from .pricing import host_seconds, price
@@ -64,6 +69,7 @@ AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own met
 EQUALIZED_DIR = os.path.join("auto", "equalization")   # under output_dir: the equalized graph's statistics
 LOG = logging.getLogger("ratelnn.accuracy_auto")
 MAX_LINE_KEYS = 240   # characters of the decision's keys the line shows; longer: named, not shown
+NOT_BUILT, OVER_LIMIT = "not built", "over the latency limit"   # why a candidate has no cosine
 
 
 @dataclasses.dataclass
@@ -211,15 +217,23 @@ class _Remedies:
         moved = self.baseline_quantized - set(make_plan(qgraph, config).quantized_nodes)
         return engines + host_seconds(self.conv.graph, moved)
 
-    def judge(self, settings: Dict[str, Any]):
-        """(cosine on the held-out part, quantized IR) of ``settings``; (None, None) when they
-        cannot be built."""
+    def judge(self, settings: Mapping[str, Any], limited: bool = False) -> Tuple[Optional[float], Optional[Graph], str]:
+        """(cosine on the held-out part, quantized IR, "") of ``settings``; (None, None, why)
+        when they cannot be built (:data:`NOT_BUILT`) or, ``limited``, their predicted latency
+        passes the limit (:data:`OVER_LIMIT`).  Each try is logged."""
+        cosine, q, why = None, None, ""
         other, stats = self.converter(settings)
         try:
             q = other.quantize(stats)
-            return output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0], q
+            latency = self.latency(q, other.config) if limited else None
+            if limited and (latency is None or latency > self.limit * (1 + 1e-9)):
+                q, why = None, OVER_LIMIT
+            else:
+                cosine = output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0]
         except RatelError:
-            return None, None
+            q, why = None, NOT_BUILT
+        LOG.debug("accuracy_auto: %s -> %s", describe(settings), why or f"{cosine:.4f}")
+        return cosine, q, why
 
     def run(self, qgraph: Graph, before: float, n_held: int) -> Tuple[Graph, AutoDecision]:
         best = (before, {}, qgraph)
@@ -232,7 +246,7 @@ class _Remedies:
             best = self.keep(best, dict(best[1], bias_correction="empirical"))
         note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
         if best[0] < self.bound and self.limit is not None:
-            best, note = self.int16(self.borders(self.recurrences(best)))
+            best, note = self.least_precise(self.borders(self.recurrences(best)))
         cosine, settings, q = best
         ratio = None
         if settings and self.baseline:
@@ -240,12 +254,10 @@ class _Remedies:
             ratio = None if latency is None else latency / self.baseline
         return q, AutoDecision(before, cosine, settings, ratio, n_held, self.bound, note)
 
-    def keep(self, best, settings, judged=None):
-        """(cosine, settings, quantized IR) of ``settings`` when it beats ``best``, else ``best``;
-        ``judged``: their (cosine, quantized IR) when already measured.  Each try is logged."""
-        cosine, q = self.judge(settings) if judged is None else judged
-        LOG.debug("accuracy_auto: %s -> %s", describe(settings), "not built or over the latency limit"
-                  if cosine is None else f"{cosine:.4f}")
+    def keep(self, best, settings, limited: bool = False):
+        """(cosine, settings, quantized IR) of ``settings`` (:meth:`judge`) when it beats
+        ``best``, else ``best``."""
+        cosine, q, _ = self.judge(settings, limited)
         return (cosine, settings, q) if cosine is not None and cosine > best[0] + MIN_GAIN else best
 
     def equalized(self) -> bool:
@@ -268,19 +280,6 @@ class _Remedies:
         self.bases[True] = (conv, stats)
         return True
 
-    def within_limit(self, settings) -> Tuple[Optional[float], Optional[Graph]]:
-        """(held-out cosine, quantized IR) of ``settings`` when they build and their predicted
-        latency is within the limit; (None, None) otherwise."""
-        other, stats = self.converter(settings)
-        try:
-            q = other.quantize(stats)
-        except RatelError:
-            return None, None
-        latency = self.latency(q, other.config)
-        if latency is None or latency > self.limit * (1 + 1e-9):
-            return None, None
-        return output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0], q
-
     def recurrences(self, best):
         """int16 on the quantized elementwise chains of an unrolled recurrence on top of
         ``best``, kept when it raises the cosine within the latency limit."""
@@ -292,7 +291,7 @@ class _Remedies:
             return best
         settings = dict(best[1], layer_configs=self.user_layers + [{"layer_name": n, "data_type": "int16"}
                                                                    for n in names])
-        return self.keep(best, settings, self.within_limit(settings))
+        return self.keep(best, settings, limited=True)
 
     def borders(self, best):
         """fp32 at every quantized tensor a numerically sensitive float op reads, with int16
@@ -307,40 +306,49 @@ class _Remedies:
             entries.update((n, {"layer_name": n, "data_type": "int16"}) for n in int16)
             entries.update((n, {"layer_name": n, "data_type": "fp32"}) for n in fp32)
         candidate = dict(settings, layer_configs=list(entries.values()))
-        return self.keep(best, candidate, self.within_limit(candidate))
+        return self.keep(best, candidate, limited=True)
 
-    def int16(self, best) -> Tuple[tuple, str]:
-        """int16 on the k least precise layers on top of ``best``, k = 1, 2, 4, ... within the
-        latency limit; (the best found, a note)."""
+    def least_precise(self, best) -> Tuple[tuple, str]:
+        """int16, then (bound not met) fp32, on the k least precise layers, each on top of
+        ``best`` (:meth:`grow`); (the better found, a note)."""
         if best[0] >= self.bound:
             return best, "bound met"
         feeds = chunked(self.fit, (self.conv.config["input_shapes"] or [[None]])[0][0])[0][0]
-        probe = _Probe(self, feeds)
         layers = list(best[1].get("layer_configs", self.user_layers))
         start = Point("auto", dict(best[1], layer_configs=layers,
                                    quantize_algorithm=best[1].get("quantize_algorithm",
                                                                   self.conv.config["quantize_algorithm"])),
                       best[0], 0.0, True, 0.0)
         try:
-            ranked = [r for r in ranked_layers(probe, start) if r[1]]
+            ranked = ranked_layers(_Probe(self, feeds), start)
         except (EvaluationError, RatelError) as e:
             return best, f"bound {self.bound:g} not met; layers not ranked: {str(e).splitlines()[0][:120]}"
+        found = self.grow(best, layers, [r[1] for r in ranked if r[1]])
+        if found[0][0] < self.bound:
+            fp32 = self.grow(best, layers, [r[2] for r in ranked if r[2]])
+            found = fp32 if fp32[0][0] > found[0][0] + MIN_GAIN else found
+        return found
+
+    def grow(self, best, layers: List[Dict[str, Any]], options: List[List[Dict[str, str]]]) -> Tuple[tuple, str]:
+        """The entries of the first k ``options`` (least precise first) over ``layers`` on top of
+        ``best``, k = 1, 2, 4, ... all, until the bound is met or a candidate passes the
+        latency limit (or cannot be built); (the best found, a note)."""
         found, k = best, 1
-        while k <= len(ranked):
-            entries: List[Dict[str, str]] = [e for r in ranked[:k] for e in r[1]]
-            settings = dict(best[1], layer_configs=layers + entries)
-            cosine, q = self.within_limit(settings)
-            LOG.debug("accuracy_auto: %s -> %s", describe(settings), "over the latency limit" if cosine is None
-                      else f"{cosine:.4f}")
-            if cosine is None:
-                return found, (f"bound {self.bound:g} not met within {self.limit / self.baseline:g} x the "
-                               f"all-int8 latency" if found[0] < self.bound else "bound met")
+        while k <= len(options):
+            entries = {e["layer_name"]: e for e in layers}
+            entries.update((e["layer_name"], e) for option in options[:k] for e in option)
+            settings = dict(best[1], layer_configs=list(entries.values()))
+            cosine, q, why = self.judge(settings, limited=True)
+            if why:
+                limit = f"{self.limit / self.baseline:g} x the all-int8 latency"
+                return found, (f"bound {self.bound:g} not met within {limit}" if why == OVER_LIMIT
+                               else f"bound {self.bound:g} not met: {k} layer(s) {why}")
             if cosine > found[0] + MIN_GAIN:
                 found = (cosine, settings, q)
             if found[0] >= self.bound:
                 return found, "bound met"
-            k = len(ranked) if k < len(ranked) and 2 * k > len(ranked) else 2 * k
-        return found, "bound met" if found[0] >= self.bound else f"bound {self.bound:g} not met"
+            k = len(options) if k < len(options) and 2 * k > len(options) else 2 * k
+        return found, f"bound {self.bound:g} not met"
 
 
 def report(decision: AutoDecision) -> None:

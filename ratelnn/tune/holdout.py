@@ -1,6 +1,9 @@
-"""Held-out judgement (docs/quantization.md "Held-out judgement"): the split of the data a
-search is given into a tuning part (calibrated on, searched on) and a held-out part (the
-chosen configuration judged once more on it), and the warning when the two figures differ.
+"""Held-out judgement (docs/quantization.md "Held-out judgement"): the one rule splitting data
+into a part choices are made on and a held-out part they are judged on, for ``tune()`` (its
+``data``: tuning part, calibrated on and searched on; held-out part, the chosen configuration
+judged once more on it), for the default build's check (:mod:`.auto`) and for the accuracy
+passes (:mod:`ratelnn.quantization.accuracy`; both: the kept calibration sample, fit part and
+held-out part), and the warning when the two figures differ.
 
 The split is deterministic: sample ``i`` (in the order the data yields them) is held out when
 ``i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1`` (every 4th: 25 %); with fewer than
@@ -11,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -32,6 +35,15 @@ def split_rows(n: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         return rows, None
     held = rows % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
     return rows[~held], rows[held]
+
+
+def split_sample(sample: Mapping[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], Optional[Dict[str, np.ndarray]]]:
+    """(fit part, held-out part or None) of ``sample`` (input name -> ``[n, ...]``) by
+    :func:`split_rows`; None: too few samples, the fit part is all of it."""
+    fit, held = split_rows(min(len(v) for v in sample.values()))
+    if held is None:
+        return dict(sample), None
+    return {k: np.asarray(v)[fit] for k, v in sample.items()}, {k: np.asarray(v)[held] for k, v in sample.items()}
 
 
 @dataclasses.dataclass

@@ -3,7 +3,9 @@ it remedies the loss within the latency budget (equalization, before any int16),
 line printed once, records the decision (converter, IR meta, the exported GraphDef, the config
 the CLI writes), and the decision's keys
 with ``accuracy_auto`` off rebuild the same engines without calibrating; ``accuracy_auto=False``
-is plain int8; a model already good keeps its plain build after one check."""
+is plain int8; a model already good keeps its plain build after one check; on a trained model
+whose loss neither another method nor int16 wins back, the least precise layer kept in fp32
+does, and its recorded decision rebuilds the same engines."""
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +17,8 @@ import pytest
 import ratelnn
 from ratelnn.frontend.tensorflow import converter, recorded_meta
 from ratelnn.runners import run_model
-from helpers.int8_loss import SHAPE, depthwise_loss_graph
+from ratelnn.tune.holdout import HELD_OUT_EVERY
+from helpers.int8_loss import SHAPE, depthwise_loss_graph, wide_input_digits
 from helpers.stats import small_graph_def
 
 BATCH = 4
@@ -142,11 +145,42 @@ def test_held_out_outputs_below_one_step_are_not_judged(tmp_path):
     (here zero inputs: a detector's score map on images with nothing to detect) give a cosine
     of noise: the build says so and keeps plain int8 instead of remedying noise."""
     ratelnn.tf_init()
-    rng = np.random.default_rng(1)
-    data = np.concatenate([rng.normal(0, 1, (24, *SHAPE)), np.zeros((8, *SHAPE))]).astype(np.float32)
+    data = np.random.default_rng(1).normal(0, 1, (32, *SHAPE)).astype(np.float32)
+    data[HELD_OUT_EVERY - 1::HELD_OUT_EVERY] = 0.0            # the held-out rows (every 4th)
     conv = converter(depthwise_loss_graph(), _config(tmp_path))
     conv.calibrate(data, progress=False)
     conv.to_quant()
     decision = conv.accuracy_auto
     assert decision.cosine_before is None and decision.settings == {}
     assert "below one quantization step" in decision.note and decision.held_out_samples == 8
+
+
+def test_fp32_on_the_least_precise_layers_wins_back_what_int16_cannot(tmp_path):
+    """The digits MLP with a 1e5x wider input feature (helpers.int8_loss.wide_input_digits):
+    int8 and int16 leave the other pixels no code, so plain int8 is near chance on the test
+    digits; the default build keeps the layer reading the input in fp32 (the remedy after
+    int16 on the least precise layers), says so in its line, stays within the latency budget,
+    and is at FP32 top-1 on digits calibration never saw.  The decision's keys rebuild the same
+    engines without calibrating."""
+    ratelnn.tf_init()
+    graph_def, inp, out, widen, (x_train, _), (x_test, y_test) = wide_input_digits()
+    config = {"input_nodes": [inp], "output_nodes": [out], "input_shapes": [[64, 65]]}
+    run = lambda model: run_model("tensorflow", model, {inp: widen(x_test)}, [out])[0]
+    fp32 = run(graph_def)
+    builds = {}
+    for auto in (False, True):
+        conv = converter(graph_def, dict(config, output_dir=str(tmp_path / f"auto-{auto}"), accuracy_auto=auto))
+        conv.calibrate(widen(x_train[:256]), progress=False)
+        builds[auto] = (conv, conv.to_npu())
+    top1 = lambda y: float(np.mean(y.argmax(1) == y_test))
+    plain, auto = run(builds[False][1]), run(builds[True][1])
+    assert top1(plain) < 0.5 < 0.9 < top1(fp32)
+    assert abs(top1(auto) - top1(fp32)) <= 0.01
+    conv = builds[True][0]
+    decision = conv.accuracy_auto
+    fp32_layers = [e["layer_name"] for e in decision.settings["layer_configs"] if e["data_type"] == "fp32"]
+    assert decision.cosine_before < 0.5 and decision.cosine_after >= 0.99 and decision.latency_ratio <= 1.3
+    assert fp32_layers and conv.graph.node(fp32_layers[0]).inputs[0] == inp
+    assert "fp32 on" in decision.line() and "predicted latency" in decision.line()
+    again = converter(graph_def, conv.built_config)
+    assert _engines(again.to_npu()) == _engines(builds[True][1]) and not hasattr(again, "accuracy_auto")

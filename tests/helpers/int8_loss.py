@@ -1,7 +1,8 @@
-"""A TensorFlow graph with a known int8 loss: a depthwise convolution whose channels differ
+"""TensorFlow graphs with a known int8 loss: a depthwise convolution whose channels differ
 1000x in range (per-tensor int8 leaves the small channels a code or two) followed by a
 pointwise convolution whose outputs 4-7 read only the small channels (weights x1000, so
-every output has the same range)."""
+every output has the same range); a trained digits MLP whose input has one feature 1e5x
+wider than the others (:func:`wide_input_digits`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,3 +29,45 @@ def depthwise_loss_graph():
         y = tf.nn.conv2d(h, pw, 1, "SAME")
         tf.identity(tf.reduce_mean(y, axis=[1, 2]), name="scores")
     return g.as_graph_def()
+
+
+WIDE_PIXEL = 36          # the digits pixel the wide input feature repeats
+WIDE_SCALE = 1e5         # ... times this: its range leaves the other pixels no int8 or int16 code
+
+
+def wide_input_digits():
+    """A Keras MLP trained here on scikit-learn's digits (64 pixels in [0, 1] -> 32 ReLU -> 10
+    logits), then given a 65th input, pixel :data:`WIDE_PIXEL` x :data:`WIDE_SCALE`, which the
+    first layer reads with weights / (2 x :data:`WIDE_SCALE`) while the pixel's own weights
+    halve: the float function is unchanged, but the input's one per-tensor scale leaves the
+    other pixels no code in int8 or int16; only that first layer in fp32 reads them.
+    Returns (frozen GraphDef, input name, output name, ``widen``: [N,64] pixels -> [N,65]
+    inputs, (train images, labels), (test images, labels))."""
+    import keras
+    from keras import layers
+    from ratelnn.datasets import load_digits_images
+    from ratelnn.frontend.tensorflow import freeze_keras
+    (x_train, y_train), (x_test, y_test) = load_digits_images()
+    x_train, x_test = x_train.reshape(len(x_train), -1), x_test.reshape(len(x_test), -1)
+
+    def mlp(inputs: int):
+        return keras.Sequential([keras.Input((inputs,), name="pixels"), layers.Dense(32, activation="relu"),
+                                 layers.Dense(10)])
+
+    keras.utils.set_random_seed(0)
+    trained = mlp(64)
+    trained.compile(optimizer=keras.optimizers.Adam(1e-2),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    trained.fit(x_train, y_train, epochs=20, batch_size=32, verbose=0)
+    (w, b), head = trained.layers[0].get_weights(), trained.layers[1].get_weights()
+    w = np.concatenate([w, w[WIDE_PIXEL:WIDE_PIXEL + 1] / (2 * WIDE_SCALE)])
+    w[WIDE_PIXEL] /= 2
+    wide = mlp(65)
+    wide.layers[0].set_weights([w, b])
+    wide.layers[1].set_weights(head)
+    graph_def, inputs, outputs = freeze_keras(wide)
+
+    def widen(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([x, x[:, WIDE_PIXEL:WIDE_PIXEL + 1] * WIDE_SCALE], 1).astype(np.float32)
+
+    return graph_def, inputs[0], outputs[0], widen, (x_train, y_train), (x_test, y_test)

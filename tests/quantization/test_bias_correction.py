@@ -155,20 +155,29 @@ def test_adaround_code_cache_gives_the_codes_without_caching(monkeypatch):
         np.testing.assert_array_equal(mixed.params[k], uncached.params[k])
 
 
+def _held_out_as(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """A kept sample whose fit rows are ``fit`` and held-out rows (``split_rows``) ``held``."""
+    from ratelnn.tune.holdout import split_rows
+    sample = np.empty((len(fit) + len(held), *fit.shape[1:]), fit.dtype)
+    fit_rows, held_rows = split_rows(len(sample))
+    sample[fit_rows], sample[held_rows] = fit, held
+    return sample
+
+
 def test_passes_lowering_the_held_out_cosine_are_not_applied():
-    """The last quarter of the kept sample is held out: a correction fitted on samples unlike
-    it (here shifted by +3) lowers its output cosine, so it is not applied (with a warning);
-    fitted on samples like it, it is."""
+    """Every 4th sample of the kept sample is held out: a correction fitted on samples unlike
+    them (here shifted by +3) lowers their output cosine, so it is not applied (with a warning);
+    fitted on samples like them, it is."""
     from ratelnn.quantization.accuracy import apply_passes
     g = _graph()
     q = quantize(g, _stats(g), CONFIG)
     config = dict(CONFIG, bias_correction="empirical")
     with pytest.warns(UserWarning, match="lowered the output cosine on the 16 held-out"):
-        out = apply_passes(g, q, config, {"x": np.concatenate([_data(48, 30) + 3.0, _data(16, 31)])})
+        out = apply_passes(g, q, config, {"x": _held_out_as(_data(48, 30) + 3.0, _data(16, 31))})
     check = out.meta["accuracy_passes"]
     assert check["applied"] == "none" and check["held_out_cosine"]["bias_correction"] < check["held_out_cosine"]["none"]
     assert all(np.array_equal(out.params[k], q.params[k]) for k in q.params)
-    out = apply_passes(g, q, config, {"x": np.concatenate([_data(48, 32), _data(16, 33)])})
+    out = apply_passes(g, q, config, {"x": _held_out_as(_data(48, 32), _data(16, 33))})
     check = out.meta["accuracy_passes"]
     assert check["applied"] == "bias_correction", check
     assert check["held_out_cosine"]["bias_correction"] >= check["held_out_cosine"]["none"]
