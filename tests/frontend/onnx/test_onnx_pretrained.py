@@ -21,14 +21,14 @@ MODELS = {m.name: m for m in models()}
 # model -> (calibration inputs, evaluation inputs, calibration batch, engines of the compiled
 # model (float ops between them: the detector's Resize/ConvTranspose, the recogniser's
 # attention), lowest agreement of the quantized and of the compiled model with the float
-# model); the bounds sit below what this subset measured (det cosine 0.976 / IoU 0.94, rec
-# 0.92 / steps 0.87, cls 0.997 / top-1 0.93, orientation 0.96 / top-1 0.79); bench/onnx_models.py
-# has the full sets
+# model); the bounds sit below what this subset measured (det cosine 0.957 / IoU 0.90 on text
+# pages, rec 0.92 / steps 0.87, cls 0.997 / top-1 0.93, orientation 0.998 / top-1 1.0 on
+# document pages); bench/onnx_models.py has the full sets
 CASES = {
-    "ocr_det": (slice(0, 12, 2), slice(0, 10), 2, 6, {"cosine": 0.95, "iou": 0.9}),
+    "ocr_det": (slice(0, 24, 4), slice(0, 10), 2, 6, {"cosine": 0.94, "iou": 0.88}),
     "ocr_rec": (slice(0, 48, 2), slice(0, 62, 3), 8, 29, {"cosine": 0.88, "steps": 0.82}),
     "ocr_cls": (slice(0, 48, 2), slice(0, 124, 3), 8, 1, {"cosine": 0.98, "top1": 0.85}),
-    "doc_orientation": (slice(0, 24, 2), slice(0, 24), 4, 1, {"cosine": 0.93, "top1": 0.7}),
+    "doc_orientation": (slice(0, 32, 2), slice(0, 24), 4, 1, {"cosine": 0.98, "top1": 0.9}),
 }
 
 
