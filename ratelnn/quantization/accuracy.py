@@ -2,7 +2,7 @@
 (docs/quantization.md §8, "Checked on held-out samples").
 
 The kept calibration sample is split by the held-out rule
-(:func:`ratelnn.tune.holdout.split_sample`: every 4th sample held out, when the sample has 8
+(:func:`ratelnn.calibration.split.split_sample`: every 4th sample held out, when the sample has 8
 or more), the passes are fitted on the rest, and each combination the config asks for
 (AdaRound + correction, AdaRound alone, correction alone, none) is scored by the cosine
 similarity of the quantized model's outputs to the float model's on the held-out samples.
@@ -17,6 +17,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
+from ..calibration.split import split_sample
 from ..ir import Graph
 from ..ir.evaluate import evaluate
 from .adaround import adaround
@@ -49,7 +50,6 @@ def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
     correction = config.get("bias_correction", "none")
     if not ada and correction == "none":
         return qgraph
-    from ..tune.holdout import split_sample   # the package imports this module
     fit, held = split_sample(sample) if sample is not None else (None, None)
 
     def corrected(q: Graph) -> Graph:

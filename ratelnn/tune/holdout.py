@@ -5,9 +5,8 @@ judged once more on it), for the default build's check (:mod:`.auto`) and for th
 passes (:mod:`ratelnn.quantization.accuracy`; both: the kept calibration sample, fit part and
 held-out part), and the warning when the two figures differ.
 
-The split is deterministic: sample ``i`` (in the order the data yields them) is held out when
-``i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1`` (every 4th: 25 %); with fewer than
-:data:`MIN_SPLIT_SAMPLES` samples nothing is held out.
+The split itself is :mod:`ratelnn.calibration.split` (every 4th sample held out), kept below
+the quantization layer that also uses it.
 """
 from __future__ import annotations
 
@@ -18,32 +17,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-HELD_OUT_EVERY = 4          # every 4th sample is held out (25 %)
-MIN_SPLIT_SAMPLES = 8       # fewer samples: nothing held out
+from ..calibration.split import HELD_OUT_EVERY, MIN_SPLIT_SAMPLES, split_rows, split_sample  # noqa: F401  (the rule)
+
 HELD_OUT_BOUND = 0.005      # tuning and held-out figures further apart than this: HeldOutWarning
 
 
 class HeldOutWarning(UserWarning):
     """A figure measured on the data a choice was made on differs from the same figure on
     held-out data by more than :data:`HELD_OUT_BOUND`: the choice may not generalise."""
-
-
-def split_rows(n: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-    """(tuning rows, held-out rows or None) of ``n`` samples (module docstring)."""
-    rows = np.arange(n)
-    if n < MIN_SPLIT_SAMPLES:
-        return rows, None
-    held = rows % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
-    return rows[~held], rows[held]
-
-
-def split_sample(sample: Mapping[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], Optional[Dict[str, np.ndarray]]]:
-    """(fit part, held-out part or None) of ``sample`` (input name -> ``[n, ...]``) by
-    :func:`split_rows`; None: too few samples, the fit part is all of it."""
-    fit, held = split_rows(min(len(v) for v in sample.values()))
-    if held is None:
-        return dict(sample), None
-    return {k: np.asarray(v)[fit] for k, v in sample.items()}, {k: np.asarray(v)[held] for k, v in sample.items()}
 
 
 @dataclasses.dataclass
