@@ -94,7 +94,7 @@ class SessionCallable:
             options.run_options.CopyFrom(run_options)
         self.how = "Session._make_callable_from_options"
         step = make(options)
-        self._call = lambda *arrays: step(*arrays)
+        self._call = step
 
     def __call__(self, *arrays: Any) -> List[np.ndarray]:
         if len(arrays) != len(self.feeds):
