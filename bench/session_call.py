@@ -28,6 +28,7 @@ import numpy as np
 
 import emulator_speed as es
 from _report import cpu_name
+from isolated import Local
 
 
 def engine_alone(compiled_ir, batch: np.ndarray, threads: int):
@@ -91,20 +92,26 @@ def main() -> int:
 
 
 def time_all(runners, batch, args):
-    """Per contender ``(median, min)`` seconds per steady-state call, interleaved."""
-    samples = {name: [] for name in runners}
+    """Per contender ``(median, min)`` seconds per steady-state call, interleaved in this
+    process (the Session, its prepared step and the engine are one runtime)."""
+    contenders = {name: Recording(Local(run, batch)) for name, run in runners.items()}
+    medians = es.time_interleaved(contenders, args.repeats, args.calls)
+    return {name: (medians[name][0], min(contenders[name].steady)) for name in runners}
 
-    def recording(name):
-        run = runners[name]
 
-        def timed(b):
-            start = time.perf_counter()
-            run(b)
-            samples[name].append(time.perf_counter() - start)
-        return timed
-    medians = es.time_interleaved({n: recording(n) for n in runners}, {n: batch for n in runners},
-                                  args.repeats, args.calls)
-    return {name: (medians[name][0], min(samples[name])) for name in runners}
+class Recording:
+    """A contender whose steady-state call seconds (calls 2 onwards of each turn after the
+    first, the warm-up) are kept."""
+
+    def __init__(self, contender) -> None:
+        self.contender, self.steady, self.turns = contender, [], 0
+
+    def turn(self, calls: int):
+        seconds = self.contender.turn(calls)
+        self.turns += 1
+        if self.turns > 1:
+            self.steady.extend(seconds[1:])
+        return seconds
 
 
 if __name__ == "__main__":

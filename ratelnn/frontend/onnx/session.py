@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ...errors import ModelError
+from ...frameworks import import_framework
 from .model_io import DOMAIN, import_onnx, node_attrs
 from ...runners import register_runner
 from .runtime import onnx_session as _ort_session
@@ -40,10 +41,24 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-class _Stage:
-    """The standard nodes computing ``targets`` from ``known`` tensors, as one ORT session."""
+def stage_options(threads: int):
+    """``SessionOptions`` of the ONNX Runtime sessions that run between ratelnn's nodes:
+    ``threads`` intra-op threads that block instead of spinning while waiting for work
+    (``session.intra_op.allow_spinning`` 0).  By default ONNX Runtime's workers keep spinning
+    on a core after a run, and here the native executor's own threads run next, on the same
+    cores (measured on 2 cores: the engine's second thread got almost no CPU time)."""
+    options = import_framework("onnxruntime").SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
 
-    def __init__(self, model: Any, producers: Dict[str, Any], known: set, targets: Sequence[str]):
+
+class _Stage:
+    """The standard nodes computing ``targets`` from ``known`` tensors, as one ORT session
+    (:func:`stage_options`)."""
+
+    def __init__(self, model: Any, producers: Dict[str, Any], known: set, targets: Sequence[str], threads: int):
+        self.threads = threads
         self.targets = [t for t in dict.fromkeys(targets) if t not in known]
         self.inputs: List[str] = []
         self.session = None
@@ -86,7 +101,7 @@ class _Stage:
             graph = onnx.helper.make_graph(picked, "stage", ins, outs, used_inits)
             sub = onnx.helper.make_model(graph, opset_imports=[o for o in model.opset_import if o.domain != DOMAIN])
             sub.ir_version = model.ir_version
-            self.session = _ort_session(sub)
+            self.session = _ort_session(sub, stage_options(self.threads))
         outs = self.session.run(self.targets, {t: values[t] for t in self.inputs})
         values.update(zip(self.targets, outs))
 
@@ -109,7 +124,7 @@ class RatelSession:
         self._quants: Dict[int, "_NativeQuant"] = {}
         self._stages: Dict[tuple, List[_Stage]] = {}
         self._lib = None
-        self._float = _ort_session(_float_view(model)) if all(n.op_type == "RatelMinMax" for n in self.custom) \
+        self._float = _ort_session(_float_view(model), stage_options(self.threads)) if all(n.op_type == "RatelMinMax" for n in self.custom) \
             else None
         self.output_names = [o.name for o in g.output]
         self._onnx = onnx
@@ -173,9 +188,9 @@ class RatelSession:
             known = set(feeds)
             stages = []
             for node in self.custom:
-                stages.append(_Stage(self.model, self.producers, known, list(node.input)))
+                stages.append(_Stage(self.model, self.producers, known, list(node.input), self.threads))
                 known |= set(stages[-1].targets) | set(node.output)
-            stages.append(_Stage(self.model, self.producers, known, fetches))
+            stages.append(_Stage(self.model, self.producers, known, fetches, self.threads))
             self._stages[key] = stages
         stages = self._stages[key]
         values = dict(feeds)

@@ -218,9 +218,18 @@ def test_float_fallback_between_two_engines(tmp_path):
     npu = conv.to_npu()
     kinds = [(n.domain, n.op_type) for n in npu.graph.node]
     assert kinds.count(("ratelnn", "RatelEngineOp")) == 2 and ("", "Cos") in kinds
-    got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:5]})[0]
+    session = ratelnn.onnx_session(npu, intra_op_threads=2)
+    got = session.run(["y"], {"x": data[:5]})[0]
     want = run_compiled(compile_graph(conv.quantized_ir(), conv.config, {}), {"x": data[:5]})["y"]
     np.testing.assert_array_equal(got, want)
+    # the ONNX Runtime sessions between the engines block between runs instead of spinning on
+    # the cores the engines' threads run on next
+    stages = [s.session for plans in session._stages.values() for s in plans if s.session is not None]
+    assert stages, "the Cos between the engines runs in an ONNX Runtime stage"
+    for stage in stages:
+        options = stage.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert options.intra_op_num_threads == 2
 
 
 def test_quantize_static_qdq_model_compiles_with_its_own_scales(tmp_path):
