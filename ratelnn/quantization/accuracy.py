@@ -5,7 +5,8 @@ The kept calibration sample is split by the held-out rule
 (:func:`ratelnn.calibration.split.split_sample`: every 4th sample held out, when the sample has 8
 or more), the passes are fitted on the rest, and each combination the config asks for
 (AdaRound + correction, AdaRound alone, correction alone, none) is scored by the cosine
-similarity of the quantized model's outputs to the float model's on the held-out samples.
+similarity of the quantized model's outputs to the float model's on the held-out samples, the
+lowest over the outputs (:func:`~ratelnn.metrics.cosine.lowest_cosine`).
 The best wins; ties go to the most passes applied.  So the passes never lower that metric on
 the held-out part.  With fewer than 8 samples nothing is held out and the passes are
 applied unchecked.
@@ -20,25 +21,27 @@ import numpy as np
 from ..calibration.split import split_sample
 from ..ir import Graph
 from ..ir.evaluate import evaluate
+from ..metrics.cosine import lowest_cosine
 from .adaround import adaround
 from .bias_correction import correct_biases, correct_biases_analytic
 from .emit import emit_qdq
 from .layerwalk import check_time, chunked
 
+
 def output_cosine(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
-    """(cosine of the QDQ model's outputs to the float model's over ``sample``, the float
-    outputs): all outputs flattened together, real rows only."""
+    """(lowest cosine over the outputs of the QDQ model's to the float model's on ``sample``,
+    :func:`~ratelnn.metrics.cosine.lowest_cosine`; the float outputs, one array each, real
+    rows only: pass them back as ``reference`` to skip running the float model again)."""
     feeds, real = chunked(sample, (config.get("input_shapes") or [[None]])[0][0])
     qdq = emit_qdq(qgraph, config)
     check_time("the held-out check")
-    if reference is None:
-        reference = [np.concatenate([np.asarray(v, np.float64)[:r].ravel() for v in evaluate(graph, f).values()])
-                     for f, r in zip(feeds, real)]
-    q = [np.concatenate([np.asarray(v, np.float64)[:r].ravel() for v in evaluate(qdq, f, graph.outputs).values()])
-         for f, r in zip(feeds, real)]
-    f_all, q_all = np.concatenate(reference), np.concatenate(q)
-    norm = np.linalg.norm(f_all) * np.linalg.norm(q_all)
-    return (float(f_all @ q_all / norm) if norm > 0 else float(np.array_equal(f_all, q_all))), reference
+
+    def run(g: Graph, names) -> list:
+        chunks = [[np.asarray(v, np.float64)[:r] for v in evaluate(g, f, names).values()] for f, r in zip(feeds, real)]
+        return [np.concatenate(parts) for parts in zip(*chunks)]
+
+    reference = run(graph, graph.outputs) if reference is None else reference
+    return lowest_cosine(run(qdq, graph.outputs), reference), reference
 
 
 def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
