@@ -21,33 +21,41 @@ import numpy as np
 from ..calibration.split import split_sample
 from ..ir import Graph
 from ..ir.evaluate import evaluate
-from ..metrics.cosine import lowest_cosine
+from ..metrics.cosine import output_cosines
 from .adaround import adaround
 from .bias_correction import correct_biases, correct_biases_analytic
 from .emit import emit_qdq
 from .layerwalk import check_time, chunked
 
 
-def output_cosine(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
-    """(lowest cosine over the outputs of the QDQ model's to the float model's on ``sample``,
-    :func:`~ratelnn.metrics.cosine.lowest_cosine`; the float outputs, one array each, real
-    rows only: pass them back as ``reference`` to skip running the float model again)."""
+def qdq_cosines(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
+    """(cosine of each output of the QDQ model to the float model's on ``sample``, in
+    ``graph.outputs`` order, :func:`~ratelnn.metrics.cosine.output_cosines`; the float outputs,
+    one array each, real rows only: pass them back as ``reference`` to skip running the float
+    model again)."""
     feeds, real = chunked(sample, (config.get("input_shapes") or [[None]])[0][0])
     qdq = emit_qdq(qgraph, config)
     check_time("the held-out check")
 
-    def run(g: Graph, names) -> list:
-        chunks = [[np.asarray(v, np.float64)[:r] for v in evaluate(g, f, names).values()] for f, r in zip(feeds, real)]
+    def run(g: Graph) -> list:
+        chunks = [[np.asarray(v, np.float64)[:r] for v in evaluate(g, f, graph.outputs).values()]
+                  for f, r in zip(feeds, real)]
         return [np.concatenate(parts) for parts in zip(*chunks)]
 
-    reference = run(graph, graph.outputs) if reference is None else reference
-    return lowest_cosine(run(qdq, graph.outputs), reference), reference
+    reference = run(graph) if reference is None else reference
+    return output_cosines(run(qdq), reference), reference
+
+
+def output_cosine(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
+    """(the lowest of :func:`qdq_cosines`, the float outputs)."""
+    cosines, reference = qdq_cosines(graph, qgraph, config, sample, reference)
+    return min(cosines, default=1.0), reference
 
 
 def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
                  sample: Optional[Mapping[str, np.ndarray]]) -> Graph:
     """``qgraph`` (quantized from ``graph``) with the passes ``config`` asks for that do not
-    lower the held-out output cosine (module docstring); the choice is recorded in
+    lower the lowest held-out output cosine (module docstring); the choice is recorded in
     ``meta["accuracy_passes"]``."""
     ada = int(config.get("adaround_iterations", 0)) > 0
     correction = config.get("bias_correction", "none")
@@ -79,7 +87,7 @@ def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
         chosen = max(candidates, key=lambda name: scores[name])   # first (most passes) on ties
         wanted = next(iter(candidates))
         if chosen != wanted:
-            warnings.warn(f"accuracy passes: {wanted} lowered the output cosine on the {len(next(iter(held.values())))} "
+            warnings.warn(f"accuracy passes: {wanted} lowered the lowest output cosine on the {len(next(iter(held.values())))} "
                           f"held-out calibration samples ({scores[wanted]:.6f} vs {scores[chosen]:.6f} with "
                           f"{chosen}); using {chosen}", UserWarning, stacklevel=3)
     result = candidates[chosen]
