@@ -140,7 +140,7 @@ class ConvertImpl:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the
         converter's), with the accuracy passes the config asks for (docs/quantization.md §8):
         AdaRound of the weights, then bias correction, each kept only if it does not lower
-        the output cosine on the held-out part of the calibration sample."""
+        the lowest output cosine on the held-out part of the calibration sample."""
         from .quantization.accuracy import apply_passes
         from .quantization.quantizer import quantize
         config = self.config if config is None else config

@@ -5,7 +5,9 @@ itself and, where int8 loses too much, applies the cheapest remedies.
 from the statistics as configured, then scores the quantized IR (QDQ, numpy evaluator)
 against the float IR on the held-out part of the kept calibration sample
 (:func:`~ratelnn.tune.holdout.split_sample`: every 4th sample, the rule ``tune()`` splits its
-data by): the cosine of all outputs together.  At or above ``accuracy_auto_cosine`` the plain
+data by): the lowest cosine over the outputs (:func:`~ratelnn.metrics.cosine.lowest_cosine`, the
+figure ``tune()`` judges by: a small output that loses is not hidden by a large one that keeps
+its values).  At or above ``accuracy_auto_cosine`` the plain
 build is kept (one check, no search).
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
@@ -23,8 +25,9 @@ Below it, in order of cost, each step kept when it raises that figure by more th
    :func:`~ratelnn.tune.recurrence.recurrence_layers`); fp32 at the quantized tensors the
    numerically sensitive float ops read (a ``Log``, a ``Pow``) with int16 upstream of them
    (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers
-   (the tuner's ranking, :func:`ranked_layers`, measured on the fit part), k = 1, 2, 4, ...;
-   the fewest that meet the bound, else the most that fit;
+   (the tuner's ranking, :func:`ranked_layers`, measured on the fit part, with the layers the
+   output of lowest cosine depends on first), k = 1, 2, 4, ...; the fewest that meet the bound,
+   else the most that fit;
 5. fp32 on the k least precise layers of the same ranking, from the same start (the layer runs
    on the host in float: no bit width to lose), k = 1, 2, 4, ... while the predicted latency
    stays within the limit; the better of steps 4 and 5 is kept.
@@ -53,7 +56,7 @@ from ..config import normalize
 from ..errors import RatelError
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError
-from ..quantization.accuracy import output_cosine
+from ..quantization.accuracy import output_cosine, qdq_cosines
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
 from .borders import border_moves
@@ -91,7 +94,7 @@ class AutoDecision:
         """The one-line summary the build prints."""
         if self.cosine_before is None:
             return f"accuracy_auto: {self.note}"
-        head = (f"accuracy_auto: output cosine {self.cosine_before:.4f} on {self.held_out_samples} held-out "
+        head = (f"accuracy_auto: lowest output cosine {self.cosine_before:.4f} on {self.held_out_samples} held-out "
                 f"calibration samples")
         if not self.settings:
             return f"{head} (bound {self.bound:g}): {self.note}"
@@ -320,7 +323,7 @@ class _Remedies:
                                                                   self.conv.config["quantize_algorithm"])),
                       best[0], 0.0, True, 0.0)
         try:
-            ranked = ranked_layers(_Probe(self, feeds), start)
+            ranked = self.worst_output_first(best, ranked_layers(_Probe(self, feeds), start))
         except (EvaluationError, RatelError) as e:
             return best, f"bound {self.bound:g} not met; layers not ranked: {str(e).splitlines()[0][:120]}"
         found = self.grow(best, layers, [r[1] for r in ranked if r[1]])
@@ -328,6 +331,20 @@ class _Remedies:
             fp32 = self.grow(best, layers, [r[2] for r in ranked if r[2]])
             found = fp32 if fp32[0][0] > found[0][0] + MIN_GAIN else found
         return found
+
+    def worst_output_first(self, best, ranked: list) -> list:
+        """``ranked`` (:func:`ranked_layers`) with the layers the output of lowest held-out
+        cosine under ``best`` depends on first, each part in its order: a layer off that
+        output's path cannot raise the figure the judge reads."""
+        other, _ = self.converter(best[1])
+        cosines = qdq_cosines(self.conv.graph, best[2], other.config, self.held, self.reference)[0]
+        graph = other.graph
+        worst = graph.outputs[int(np.argmin(cosines))]
+        LOG.debug("accuracy_auto: output cosines %s; ranking the layers of %s first",
+                  ", ".join(f"{c:.4f}" for c in cosines), worst)
+        path = graph.upstream([worst])
+        path |= {n.name for n in graph.nodes if set(n.outputs) & path}
+        return sorted(ranked, key=lambda option: option[0] not in path)
 
     def grow(self, best, layers: List[Dict[str, Any]], options: List[List[Dict[str, str]]]) -> Tuple[tuple, str]:
         """The entries of the first k ``options`` (least precise first) over ``layers`` on top of

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
+from ..metrics.cosine import lowest_cosine as cosine_metric  # noqa: F401  (the default metric)
 
 
 @dataclasses.dataclass
@@ -115,13 +115,3 @@ def pareto_front(points: Sequence[Point]) -> List[Point]:
             front.append(p)
     return front
 
-
-def cosine_metric(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
-    """The lowest over the model's outputs of the cosine similarity of all its values to
-    the float model's (as bench/real_models.py reports)."""
-    result = 1.0
-    for q, f in zip(outputs, reference):
-        q, f = np.asarray(q, np.float64).ravel(), np.asarray(f, np.float64).ravel()
-        norm = np.linalg.norm(q) * np.linalg.norm(f)
-        result = min(result, float(q @ f / norm) if norm > 0 else float(np.array_equal(q, f)))
-    return result

@@ -71,3 +71,47 @@ def wide_input_digits():
         return np.concatenate([x, x[:, WIDE_PIXEL:WIDE_PIXEL + 1] * WIDE_SCALE], 1).astype(np.float32)
 
     return graph_def, inputs[0], outputs[0], widen, (x_train, y_train), (x_test, y_test)
+
+
+CLASS_SCALE = 100.0      # the class head's logits in this unit: its output dwarfs the parity head's
+PARITY_WIDE = 300.0      # one parity hidden unit this much wider than the widest: the others get no int8 code
+
+
+def two_head_digits():
+    """A Keras network trained here on scikit-learn's digits with two heads on one trunk
+    (64 pixels -> 32 ReLU): class logits (-> 10, scaled by :data:`CLASS_SCALE` after training)
+    and a parity logit (-> 16 ReLU -> 1: odd digit), whose hidden unit the logit reads
+    most is then made :data:`PARITY_WIDE` x wider than the widest one on the training digits
+    (the parity weight reading it divided by as much: the float function is unchanged).  In int8 the parity hidden layer's one scale leaves its other units
+    little precision: the small parity output loses, the large class output does not.
+    Returns (frozen GraphDef, input name, [class output, parity output], (train images,
+    labels), (test images, labels))."""
+    import keras
+    from keras import layers
+    from ratelnn.datasets import load_digits_images
+    from ratelnn.frontend.tensorflow import freeze_keras
+    (x_train, y_train), (x_test, y_test) = load_digits_images()
+    x_train, x_test = x_train.reshape(len(x_train), -1), x_test.reshape(len(x_test), -1)
+    keras.utils.set_random_seed(0)
+    pixels = keras.Input((64,), name="pixels")
+    trunk = layers.Dense(32, activation="relu")(pixels)
+    classes = layers.Dense(10, name="classes")(trunk)
+    wide = layers.Dense(16, activation="relu")
+    hidden = wide(trunk)
+    parity = layers.Dense(1, name="parity")(hidden)
+    model = keras.Model(pixels, [classes, parity])
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=[keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                        keras.losses.BinaryCrossentropy(from_logits=True)])
+    model.fit(x_train, [y_train, (y_train % 2).astype(np.float32)], epochs=40, batch_size=32, verbose=0)
+    w, b = model.get_layer("classes").get_weights()
+    model.get_layer("classes").set_weights([w * CLASS_SCALE, b * CLASS_SCALE])
+    (wh, bh), (wp, bp) = wide.get_weights(), model.get_layer("parity").get_weights()
+    reach = keras.Model(pixels, hidden).predict(x_train, verbose=0).max(0)
+    unit = int(np.argmax(reach * np.abs(wp[:, 0])))   # the unit the logit reads most
+    widen = PARITY_WIDE * reach.max() / reach[unit]
+    wh[:, unit], bh[unit], wp[unit] = wh[:, unit] * widen, bh[unit] * widen, wp[unit] / widen
+    wide.set_weights([wh, bh])
+    model.get_layer("parity").set_weights([wp, bp])
+    graph_def, inputs, outputs = freeze_keras(model)
+    return graph_def, inputs[0], outputs, (x_train, y_train), (x_test, y_test)

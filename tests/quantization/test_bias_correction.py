@@ -172,7 +172,7 @@ def test_passes_lowering_the_held_out_cosine_are_not_applied():
     g = _graph()
     q = quantize(g, _stats(g), CONFIG)
     config = dict(CONFIG, bias_correction="empirical")
-    with pytest.warns(UserWarning, match="lowered the output cosine on the 16 held-out"):
+    with pytest.warns(UserWarning, match="lowered the lowest output cosine on the 16 held-out"):
         out = apply_passes(g, q, config, {"x": _held_out_as(_data(48, 30) + 3.0, _data(16, 31))})
     check = out.meta["accuracy_passes"]
     assert check["applied"] == "none" and check["held_out_cosine"]["bias_correction"] < check["held_out_cosine"]["none"]
