@@ -16,8 +16,10 @@ framework on ``data`` (engines on the emulated NPU: the integer arithmetic the N
 2. passes (:mod:`.passes`) on the best so far, one at a time, kept when they raise the
    metric: ``equalization``, ``bias_correction`` (a key the config does not know is skipped;
    they cost no latency);
-3. while the target is not met, the *int16 budget* (:mod:`.budget`): int16 on the layers
-   losing most SQNR per predicted second, as many as the estimate fits in the latency limit;
+3. while the target is not met, *islands* (:mod:`.islands`): fp32 on every engine that costs
+   more on the NPU, its host transfers included, than its layers on the host; then the *int16
+   budget* (:mod:`.budget`): int16 on the layers losing most SQNR per predicted second, as
+   many as the estimate fits in the latency limit;
 4. while it is not met: ``auto_int16`` at its defaults and with a larger budget; then
    *recurrences* (:func:`recurrence_layers`): int16 on every quantized Add/Sub/Mul lying on a
    path of at least :data:`MIN_CHAIN` of them (an unrolled recurrence, such as an LSTM's cell

@@ -11,6 +11,7 @@ from .borders import stage_borders
 from .budget import stage_budget
 from .families import PLAIN
 from .holdout import gap_warning
+from .islands import stage_islands
 from .layers import stage_layers
 from .methods import stage_auto_int16, stage_methods
 from .passes import LATE_PASSES, PASSES, stage_passes
@@ -50,6 +51,8 @@ class Tuner:
             try:
                 best = stage_methods(search)
                 best = stage_passes(search, best, [k for k, _ in PASSES if k not in LATE_PASSES])
+                if not search.meets(best):
+                    best = stage_islands(search, best)
                 if not search.meets(best) and self.int16_budget:
                     best = stage_budget(search, best)
                 if not search.meets(best):
