@@ -16,10 +16,8 @@ framework on ``data`` (engines on the emulated NPU: the integer arithmetic the N
 2. passes (:mod:`.passes`) on the best so far, one at a time, kept when they raise the
    metric: ``equalization``, ``bias_correction`` (a key the config does not know is skipped;
    they cost no latency);
-3. while the target is not met, *islands* (:mod:`.islands`): fp32 on every engine that costs
-   more on the NPU, its host transfers included, than its layers on the host; then the *int16
-   budget* (:mod:`.budget`): int16 on the layers losing most SQNR per predicted second, as
-   many as the estimate fits in the latency limit;
+3. while the target is not met, the *int16 budget* (:mod:`.budget`): int16 on the layers
+   losing most SQNR per predicted second, as many as the estimate fits in the latency limit;
 4. while it is not met: ``auto_int16`` at its defaults and with a larger budget; then
    *recurrences* (:func:`recurrence_layers`): int16 on every quantized Add/Sub/Mul lying on a
    path of at least :data:`MIN_CHAIN` of them (an unrolled recurrence, such as an LSTM's cell
@@ -27,7 +25,9 @@ framework on ``data`` (engines on the emulated NPU: the integer arithmetic the N
 5. while it is not met, *borders* (:mod:`.borders`): every quantized tensor a numerically
    sensitive float op reads (:data:`SENSITIVE_OPS`: Log, Div, Sqrt, Pow, ...) kept fp32
    jointly with int16 on the quantized region upstream of it (back to the previous sensitive
-   op or graph input), all borders at once, then each on its own;
+   op or graph input), all borders at once, then each on its own; then, while it is not met,
+   *islands* (:mod:`.islands`): fp32 on every engine that costs more on the NPU, its host
+   transfers included, than its layers on the host (one candidate);
 6. while it is not met: int16, then fp32, on the k least precise layers (:mod:`.layers`;
    k = 1, 2, 4, ...), by the SQNR each loses (``analysis.layer_rows``) or, where the numpy
    evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts; then, while it

@@ -16,23 +16,23 @@ Below it, in order of cost, each step kept when it raises that figure by more th
    (:data:`EQUALIZED_DIR`; skipped when the graph has no pair to equalize);
 3. empirical bias correction, fitted on the rest of the sample (itself checked on the held-out
    part, :mod:`ratelnn.quantization.accuracy`);
-4. fp32 on the *islands* (tune's islands move, :func:`~ratelnn.tune.islands.island_moves`):
-   the engines whose predicted latency, host transfers included, exceeds the host estimate of
-   their layers in fp32 (small int8 regions between ops the NPU does not run), all at once;
-5. int16 (and fp32 where a sensitive float op reads) while the compiled model's predicted
+4. int16 (and fp32 where a sensitive float op reads) while the compiled model's predicted
    latency (NPU cost model, plus the host estimate of layers moved off the NPU) stays within
    ``accuracy_auto_latency_ratio`` x the all-int8 model's: on the chained elementwise layers of
    an unrolled recurrence (an LSTM's cell state,
    :func:`~ratelnn.tune.recurrence.recurrence_layers`); fp32 at the quantized tensors the
    numerically sensitive float ops read (a ``Log``, a ``Pow``) with int16 upstream of them
-   (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers
-   (the tuner's ranking, :func:`ranked_layers`, measured on the fit part), k = 1, 2, 4, ...
-   up to the first k that meets the bound or passes the limit, then bisected as ``tune()``
-   bisects (:func:`~ratelnn.tune.layers.bisect_prefixes`): the fewest that meet the bound, else
-   the most that fit;
-6. fp32 on the k least precise layers of the same ranking, from the same start (the layer runs
-   on the host in float: no bit width to lose), k found the same way; the better of steps 5
-   and 6 is kept.
+   (:func:`~ratelnn.tune.borders.border_moves`);
+5. fp32 on the *islands* (tune's islands move, :func:`~ratelnn.tune.islands.island_moves`):
+   the engines whose predicted latency, host transfers included, exceeds the host estimate of
+   their layers in fp32 (small int8 regions between ops the NPU does not run), all at once;
+6. int16 on the k least precise layers (the tuner's ranking, :func:`ranked_layers`, measured
+   on the fit part), k = 1, 2, 4, ... up to the first k that meets the bound or passes the
+   limit, then bisected as ``tune()`` bisects (:func:`~ratelnn.tune.layers.bisect_prefixes`):
+   the fewest that meet the bound, else the most that fit;
+7. fp32 on the k least precise layers of the same ranking, from the same start (the layer runs
+   on the host in float: no bit width to lose), k found the same way; the better of steps 6
+   and 7 is kept.
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
@@ -252,7 +252,7 @@ class _Remedies:
             best = self.keep(best, dict(best[1], bias_correction="empirical"))
         note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
         if best[0] < self.bound and self.limit is not None:
-            best, note = self.least_precise(self.borders(self.recurrences(self.islands(best))))
+            best, note = self.least_precise(self.islands(self.borders(self.recurrences(best))))
         cosine, settings, q = best
         ratio = None
         if settings and self.baseline:

@@ -51,8 +51,6 @@ class Tuner:
             try:
                 best = stage_methods(search)
                 best = stage_passes(search, best, [k for k, _ in PASSES if k not in LATE_PASSES])
-                if not search.meets(best):
-                    best = stage_islands(search, best)
                 if not search.meets(best) and self.int16_budget:
                     best = stage_budget(search, best)
                 if not search.meets(best):
@@ -61,6 +59,8 @@ class Tuner:
                     best = stage_chains(search, best)
                 if not search.meets(best) and self.borders:
                     best = stage_borders(search, best)
+                if not search.meets(best):
+                    best = stage_islands(search, best)
                 if not search.meets(best):
                     best = stage_layers(search, best)
                 if not search.meets(best):   # minutes per try: after the cheap dtype moves

@@ -70,5 +70,5 @@ def test_tune_moves_the_islands_in_one_candidate(model, tmp_path):
                                                             passes=())
     moved = [p for p in r.history if "island engine(s)" in p.label]
     assert len(moved) == 1 and moved[0].metric >= 0.99 and moved[0].latency_s < r.baseline_latency_s
-    assert sorted(e["layer_name"] for e in moved[0].settings["layer_configs"]) == sorted(islands)
+    assert set(islands) <= {e["layer_name"] for e in moved[0].settings["layer_configs"] if e["data_type"] == "fp32"}
     assert r.met and r.latency_s < r.baseline_latency_s
