@@ -548,7 +548,7 @@ def _quant_rows(conv, stats, extra_layer_configs, feeds, float_values) -> tuple:
     nodes, tensors = _layers(qgraph, config)
     out = conv.graph.outputs[0]
     got = _QuantModel(qgraph, config).run(feeds, tensors + [out])
-    missing = [t for t in tensors if t not in float_values]
+    missing = [t for t in dict.fromkeys(tensors + [out]) if t not in float_values]   # out: fp32 layers may end the model
     float_values = dict(float_values, **(evaluate(conv.graph, feeds, missing) if missing else {}))
     acc = _accumulators(conv, qgraph, tensors)
     for t in tensors:

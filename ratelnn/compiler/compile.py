@@ -23,7 +23,7 @@ from ..ir import Graph, Node, QParams, TensorInfo
 from ..npu.device import resolve_device_info
 from ..npu.batching import with_batch_plans
 from ..npu.engine import ACTIVATION_DTYPES, MAX_TENSOR_ELEMENTS, MAX_TOTAL_BYTES, EngineError
-from .partition import find_regions
+from .partition import Region, find_regions
 from ..quantization.policy import QuantPlan, make_plan
 from .input_processors import InputProcessor, attach
 from .lower import lower_region, lowering_refusal
@@ -214,6 +214,18 @@ def engine_sets(graph: Graph) -> List[Tuple[str, List[bytes]]]:
     return [(str(n.attrs.get("engine_name", n.name)), [n.attrs["engine"], *n.attrs.get("batch_engines", [])])
             for n in graph.nodes if n.op == "Engine"]
 
+
+def engine_regions(src: Graph, plan: QuantPlan, layer_by_layer: bool = False
+                   ) -> Tuple[Dict[str, Optional[str]], List[Tuple[str, Region]]]:
+    """(node name -> why the NPU does not run it, None where it does; ``(engine name,
+    Region)`` of every engine :func:`compile_graph` makes of the sorted quantized ``src``
+    under ``plan``, in order)."""
+    refusals = {n.name: npu_refusal(src, n, plan) for n in src.nodes}
+    regions = find_regions(src, lambda g, n: refusals[n.name] is None, merge=not layer_by_layer)
+    model = _safe_name(src.name)
+    return refusals, [(f"{model}_{'layer' if layer_by_layer else 'engine'}_{k}", r) for k, r in enumerate(regions)]
+
+
 def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optional[Mapping] = None,
                   layer_by_layer: bool = False, processors: Sequence[InputProcessor] = ()) -> Graph:
     """The compiled graph of the quantized ``qgraph`` (made by ``quantize``).
@@ -235,8 +247,8 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
     raw_inputs = attach(src, list(processors))
     src.toposort()
     plan = make_plan(src, config)
-    refusals = {n.name: npu_refusal(src, n, plan) for n in src.nodes}
-    regions = find_regions(src, lambda g, n: refusals[n.name] is None, merge=not layer_by_layer)
+    refusals, named = engine_regions(src, plan, layer_by_layer)
+    names, regions = [name for name, _ in named], [r for _, r in named]
     placement = resolve_device_info(device_info)
     device_id = next(iter(placement))
     core_ids = placement[device_id]
@@ -260,8 +272,6 @@ def compile_graph(qgraph: Graph, config: Mapping[str, Any], device_info: Optiona
                 raise CompileError(f"{_describe(node)} stays on the CPU, but its inputs "
                                    f"{list(node.inputs)} cannot be wired to it: {type(e).__name__}: {e}") from e
     consumers = src.consumer_map()
-    model = _safe_name(src.name)
-    names = [f"{model}_{'layer' if layer_by_layer else 'engine'}_{k}" for k in range(len(regions))]
     for name, region in zip(names, regions):
         try:
             engine = lower_region(src, region, name, device_id, core_ids)

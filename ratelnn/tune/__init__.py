@@ -25,7 +25,9 @@ framework on ``data`` (engines on the emulated NPU: the integer arithmetic the N
 5. while it is not met, *borders* (:mod:`.borders`): every quantized tensor a numerically
    sensitive float op reads (:data:`SENSITIVE_OPS`: Log, Div, Sqrt, Pow, ...) kept fp32
    jointly with int16 on the quantized region upstream of it (back to the previous sensitive
-   op or graph input), all borders at once, then each on its own;
+   op or graph input), all borders at once, then each on its own; then, while it is not met,
+   *islands* (:mod:`.islands`): fp32 on every engine that costs more on the NPU, its host
+   transfers included, than its layers on the host (one candidate);
 6. while it is not met: int16, then fp32, on the k least precise layers (:mod:`.layers`;
    k = 1, 2, 4, ...), by the SQNR each loses (``analysis.layer_rows``) or, where the numpy
    evaluator cannot run the graph, by the 8-bit SQNR its histogram predicts; then, while it

@@ -24,13 +24,18 @@ Below it, in order of cost, each step kept when it raises that figure by more th
    an unrolled recurrence (an LSTM's cell state,
    :func:`~ratelnn.tune.recurrence.recurrence_layers`); fp32 at the quantized tensors the
    numerically sensitive float ops read (a ``Log``, a ``Pow``) with int16 upstream of them
-   (:func:`~ratelnn.tune.borders.border_moves`); then int16 on the k least precise layers
-   (the tuner's ranking, :func:`ranked_layers`, measured on the fit part, with the layers the
-   output of lowest cosine depends on first), k = 1, 2, 4, ...; the fewest that meet the bound,
-   else the most that fit;
-5. fp32 on the k least precise layers of the same ranking, from the same start (the layer runs
-   on the host in float: no bit width to lose), k = 1, 2, 4, ... while the predicted latency
-   stays within the limit; the better of steps 4 and 5 is kept.
+   (:func:`~ratelnn.tune.borders.border_moves`);
+5. fp32 on the *islands* (tune's islands move, :func:`~ratelnn.tune.islands.island_moves`):
+   the engines whose predicted latency, host transfers included, exceeds the host estimate of
+   their layers in fp32 (small int8 regions between ops the NPU does not run), all at once;
+6. int16 on the k least precise layers (the tuner's ranking, :func:`ranked_layers`, measured
+   on the fit part, with the layers the output of lowest cosine depends on first),
+   k = 1, 2, 4, ... up to the first k that meets the bound or passes the
+   limit, then bisected as ``tune()`` bisects (:func:`~ratelnn.tune.layers.bisect_prefixes`):
+   the fewest that meet the bound, else the most that fit;
+7. fp32 on the k least precise layers of the same ranking, from the same start (the layer runs
+   on the host in float: no bit width to lose), k found the same way; the better of steps 6
+   and 7 is kept.
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
@@ -61,7 +66,8 @@ from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
 from .borders import border_moves
 from .holdout import split_sample
-from .layers import ranked_layers
+from .islands import island_moves, with_islands
+from .layers import bisect_prefixes, doubling_sizes, ranked_layers
 from .passes import known_passes
 from .pricing import host_seconds, price
 from .recurrence import recurrence_layers
@@ -249,7 +255,7 @@ class _Remedies:
             best = self.keep(best, dict(best[1], bias_correction="empirical"))
         note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
         if best[0] < self.bound and self.limit is not None:
-            best, note = self.least_precise(self.borders(self.recurrences(best)))
+            best, note = self.least_precise(self.islands(self.borders(self.recurrences(best))))
         cosine, settings, q = best
         ratio = None
         if settings and self.baseline:
@@ -282,6 +288,17 @@ class _Remedies:
             return False
         self.bases[True] = (conv, stats)
         return True
+
+    def islands(self, best):
+        """fp32 on the engines of ``best`` that cost more on the NPU than their layers on the
+        host (tune's islands move, :func:`~ratelnn.tune.islands.island_moves`), on top of
+        ``best``: kept when it raises the cosine within the latency limit."""
+        layers = list(best[1].get("layer_configs", self.user_layers))
+        moves = island_moves(_Probe(self, None), Point("auto", dict(best[1], layer_configs=layers), best[0], 0.0,
+                                                       True, 0.0))
+        if not moves:
+            return best
+        return self.keep(best, dict(best[1], layer_configs=with_islands(layers, moves)), limited=True)
 
     def recurrences(self, best):
         """int16 on the quantized elementwise chains of an unrolled recurrence on top of
@@ -348,24 +365,33 @@ class _Remedies:
 
     def grow(self, best, layers: List[Dict[str, Any]], options: List[List[Dict[str, str]]]) -> Tuple[tuple, str]:
         """The entries of the first k ``options`` (least precise first) over ``layers`` on top of
-        ``best``, k = 1, 2, 4, ... all, until the bound is met or a candidate passes the
-        latency limit (or cannot be built); (the best found, a note)."""
-        found, k = best, 1
-        while k <= len(options):
+        ``best``, k = 1, 2, 4, ... all until the bound is met or a candidate passes the latency
+        limit (or cannot be built), then bisected as tune() bisects
+        (:func:`~ratelnn.tune.layers.bisect_prefixes`): down to the fewest that meet the bound,
+        or up to the most that fit; about 2 log2(len(options)) builds in all.  (The best
+        found, a note.)"""
+        found, missed = [best], {}
+
+        def trial(k: int):
             entries = {e["layer_name"]: e for e in layers}
             entries.update((e["layer_name"], e) for option in options[:k] for e in option)
             settings = dict(best[1], layer_configs=list(entries.values()))
             cosine, q, why = self.judge(settings, limited=True)
             if why:
-                limit = f"{self.limit / self.baseline:g} x the all-int8 latency"
-                return found, (f"bound {self.bound:g} not met within {limit}" if why == OVER_LIMIT
-                               else f"bound {self.bound:g} not met: {k} layer(s) {why}")
-            if cosine > found[0] + MIN_GAIN:
-                found = (cosine, settings, q)
-            if found[0] >= self.bound:
-                return found, "bound met"
-            k = len(options) if k < len(options) and 2 * k > len(options) else 2 * k
-        return found, f"bound {self.bound:g} not met"
+                missed.setdefault(why, k)
+            elif cosine > found[0][0] + MIN_GAIN:
+                found[0] = (cosine, settings, q)
+            return cosine, settings, q
+
+        met = bisect_prefixes(doubling_sizes(len(options)), trial, lambda c: c[0] is not None,
+                              lambda c: c[0] >= self.bound)
+        if met is not None:
+            return met, "bound met"
+        if OVER_LIMIT in missed:
+            return found[0], f"bound {self.bound:g} not met within {self.limit / self.baseline:g} x the all-int8 latency"
+        if NOT_BUILT in missed:
+            return found[0], f"bound {self.bound:g} not met: {missed[NOT_BUILT]} layer(s) {NOT_BUILT}"
+        return found[0], f"bound {self.bound:g} not met"
 
 
 def report(decision: AutoDecision) -> None:

@@ -2,7 +2,7 @@
 meet the target or the most that stay within the latency limit."""
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -15,6 +15,8 @@ from ..quantization.quantizer import quantize
 from ..quantization.thresholds import sqnr_db
 from .passes import without_data_passes
 from .results import Point
+
+T = TypeVar("T")   # what one trial of bisect_prefixes returns
 
 
 def ranked_layers(search, best: Point, prices: Optional[Mapping[str, float]] = None
@@ -86,11 +88,11 @@ def stage_layers(search, best: Point) -> Point:
 def prefixes(search, best: Point, options, kind: int, dtype: str, sizes: Optional[Sequence[int]] = None,
              label: str = "") -> Point:
     """``dtype`` on the first k of ``options`` (least precise first) on top of ``best``,
-    k = ``sizes`` (default 1, 2, 4, ... all); bisected down to the fewest layers that meet
-    the target, or up to the most that stay within the latency limit.  Returns the best
-    point found."""
+    k = ``sizes`` (default :func:`doubling_sizes`), walked by :func:`bisect_prefixes`.
+    Returns the fewest layers that meet the target, else the best point found."""
     current = {e["layer_name"]: e for e in search.own_layers(best)}
     method = best.settings["quantize_algorithm"]
+    found = [best]
 
     def trial(k: int) -> Point:
         entries = dict(current)
@@ -98,33 +100,48 @@ def prefixes(search, best: Point, options, kind: int, dtype: str, sizes: Optiona
             entries.pop(option[0], None)
             entries.update((e["layer_name"], e) for e in option[kind])
         settings = search.with_layers(best, entries.values())
-        return search.evaluate(f"{method} + {dtype} on the {k} least precise layer(s){' ' + label if label else ''}",
-                               settings)
+        p = search.evaluate(f"{method} + {dtype} on the {k} least precise layer(s){' ' + label if label else ''}",
+                            settings)
+        found[0] = p if search.better(p, found[0]) else found[0]
+        return p
 
-    if sizes is None:
-        sizes = sorted({min(2 ** i, len(options)) for i in range(len(options).bit_length() + 1)} - {0})
-    found, below = best, 0
+    met = bisect_prefixes(doubling_sizes(len(options)) if sizes is None else sizes, trial,
+                          lambda p: p.metric is not None, search.meets)
+    return found[0] if met is None else met
+
+
+def doubling_sizes(n: int) -> List[int]:
+    """1, 2, 4, ... and ``n`` (the prefix sizes of ``n`` options), ascending."""
+    return sorted({min(2 ** i, n) for i in range(n.bit_length() + 1)} - {0})
+
+
+def bisect_prefixes(sizes: Sequence[int], trial: Callable[[int], T], fits: Callable[[T], bool],
+                    meets: Callable[[T], bool]) -> Optional[T]:
+    """The walk over prefix sizes of tune's layer steps and the automatic step's: ``trial(k)``
+    for k in ``sizes`` (ascending) until a result does not ``fits`` (over the latency limit, or
+    not built) or ``meets`` the target; then bisect between the last k that fit without
+    meeting and that k: up to the most layers that fit, or down to the fewest that meet.
+    Each bisection takes about log2 of the gap in trials (``trial`` sees every result).
+    Returns the result at the fewest k that meets, else None."""
+    below = 0
     for k in sizes:
         p = trial(k)
-        if p.metric is None:          # over the latency limit: the most layers that fit
+        if not fits(p):
             while k - below > 1:
                 mid = (below + k) // 2
-                q = trial(mid)
-                if q.metric is None:
-                    k = mid
-                else:
+                if fits(trial(mid)):
                     below = mid
-                    found = q if search.better(q, found) else found
-            return found
-        if search.meets(p):          # the fewest layers that meet the target
+                else:
+                    k = mid
+            return None
+        if meets(p):
             while k - below > 1:
                 mid = (below + k) // 2
                 q = trial(mid)
-                if search.meets(q):
+                if meets(q):
                     k, p = mid, q
                 else:
                     below = mid
             return p
-        found = p if search.better(p, found) else found
         below = k
-    return found
+    return None

@@ -11,6 +11,7 @@ from .borders import stage_borders
 from .budget import stage_budget
 from .families import PLAIN
 from .holdout import gap_warning
+from .islands import stage_islands
 from .layers import stage_layers
 from .methods import stage_auto_int16, stage_methods
 from .passes import LATE_PASSES, PASSES, stage_passes
@@ -58,6 +59,8 @@ class Tuner:
                     best = stage_chains(search, best)
                 if not search.meets(best) and self.borders:
                     best = stage_borders(search, best)
+                if not search.meets(best):
+                    best = stage_islands(search, best)
                 if not search.meets(best):
                     best = stage_layers(search, best)
                 if not search.meets(best):   # minutes per try: after the cheap dtype moves

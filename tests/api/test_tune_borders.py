@@ -75,7 +75,10 @@ def runs(tmp_path_factory):
 def test_old_search_misses_and_borders_stage_meets(runs):
     _, _, _, r, old = runs
     assert r.history[0].label == "naive" and r.history[0].metric < 0.95
-    assert not old.met and old.metric < 0.99 and old.stopped == "search done"
+    # without borders nothing meets the target before the islands move (whole engines in fp32)
+    assert old.stopped == "search done"
+    island = next((i for i, p in enumerate(old.history) if "island" in p.label), len(old.history))
+    assert not any(p.metric is not None and p.metric >= 0.99 for p in old.history[:island])
     assert r.met and r.metric >= 0.99 and r.latency_s <= 1.3 * r.baseline_latency_s
     assert any("sensitive" in p.label or "border" in p.label for p in r.history)
     # the joint move: the Add before the Log in fp32, the transform and its input in int16

@@ -115,3 +115,42 @@ def two_head_digits():
     model.get_layer("parity").set_weights([wp, bp])
     graph_def, inputs, outputs = freeze_keras(model)
     return graph_def, inputs[0], outputs, (x_train, y_train), (x_test, y_test)
+
+
+WIDE_CHANNEL_SCALE = 1e4   # the first ReLU's channel 0, this much wider than the others
+
+
+def island_digits():
+    """A small 3-D CNN trained here on scikit-learn's digits as one-slice volumes ([N,1,8,8,1]
+    -> Conv3D 8 + ReLU -> Conv3D 8 + ReLU -> Conv3D 4 + ReLU -> dense 10 logits).  ``Conv3D``
+    runs on the CPU, so the first two ReLUs are int8 islands between CPU ops (deepbrain's
+    layout in small), each an engine that pays the transfer of its input and output.  Then the
+    first convolution's channel 0 is scaled x :data:`WIDE_CHANNEL_SCALE` and the second's
+    weights reading it / :data:`WIDE_CHANNEL_SCALE`: the float function is unchanged (ReLU is
+    positively homogeneous), but the first ReLU's one per-tensor scale leaves its other channels
+    no code in int8 or int16.  Returns (frozen GraphDef, input name, output name, names of
+    the island ReLUs, (train volumes, labels), (test volumes, labels))."""
+    import keras
+    from keras import layers
+    from ratelnn.datasets import load_digits_images
+    from ratelnn.frontend.tensorflow import freeze_keras
+    (x_train, y_train), (x_test, y_test) = load_digits_images()
+    volumes = lambda x: x.reshape(len(x), 1, 8, 8, 1).astype(np.float32)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((1, 8, 8, 1), name="volume"),
+                              layers.Conv3D(8, (1, 3, 3), padding="same", activation="relu", name="c1"),
+                              layers.Conv3D(8, (1, 3, 3), padding="same", activation="relu", name="c2"),
+                              layers.Conv3D(4, (1, 3, 3), padding="same", activation="relu", name="c3"),
+                              layers.Flatten(), layers.Dense(10, name="logits")])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(volumes(x_train), y_train, epochs=15, batch_size=32, verbose=0)
+    (w1, b1), (w2, b2) = model.get_layer("c1").get_weights(), model.get_layer("c2").get_weights()
+    w1[..., 0] *= WIDE_CHANNEL_SCALE
+    b1[0] *= WIDE_CHANNEL_SCALE
+    w2[..., 0, :] /= WIDE_CHANNEL_SCALE
+    model.get_layer("c1").set_weights([w1, b1])
+    model.get_layer("c2").set_weights([w2, b2])
+    graph_def, inputs, outputs = freeze_keras(model)
+    islands = [n.name for n in graph_def.node if n.op == "Relu" and n.name.split("/")[-2].split("_")[0] in ("c1", "c2")]
+    return graph_def, inputs[0], outputs[0], islands, (volumes(x_train), y_train), (volumes(x_test), y_test)
