@@ -6,9 +6,11 @@
 
 Times each default pass (ratelnn/ir/passes.py run_default_passes, then Graph.prune, then
 cross-layer equalization) on (a) one block of growing constant size: a constant-only subgraph
-(Mul, Add of params), Conv2D -> BatchNorm -> BiasAdd -> Relu with weights of N elements, and
-(b) growing node counts: chains of such blocks with small constants, up to 50,000 nodes.  The
-fitted exponent of time against size should be about 1 (linear).
+(Mul, Add of params), Conv2D -> BatchNorm -> BiasAdd -> Relu -> Identity with weights of N
+elements, and (b) growing node counts: chains of such blocks with small constants, up to
+50,000 nodes.  The fitted exponent of time against size should be about 1 (linear).  Each
+round times every size once (sizes interleaved), so a change of load between rounds touches
+all sizes alike and the best of the rounds is taken at comparable load.
 
 Then converts a deep TensorFlow graph of small blocks (3x3 Conv2D -> FusedBatchNorm -> Relu6,
 every fourth block a Reshape -> MatMul -> BiasAdd -> Relu6 -> Reshape on [1, 4, 4, 8]) with
@@ -44,8 +46,8 @@ CONVERSION_STEPS = ("converter", "calibrate", "to_quant", "to_npu")
 
 
 def block(g: Graph, x: str, k: int, channels: int, const_elems: int) -> str:
-    """x [1, 8, 8, channels] -> conv (3x3, weights ~const_elems) -> BN -> BiasAdd -> Relu -> Add of
-    Mean(Mul(c1, c2)) (params of ~const_elems elements each: folded by fold_constants)."""
+    """x [1, 8, 8, channels] -> conv (3x3, weights ~const_elems) -> BN -> BiasAdd -> Relu -> Identity
+    -> Add of Mean(Mul(c1, c2)) (params of ~const_elems elements each: folded by fold_constants)."""
     rng = np.random.default_rng(k)
     cout = channels
     cin = max(1, const_elems // (9 * cout))
@@ -67,13 +69,14 @@ def block(g: Graph, x: str, k: int, channels: int, const_elems: int) -> str:
     g.add_param(f"{p}/b", rng.normal(0, 1, cout).astype(F32))
     g.add_node(Node(f"{p}/bias", "BiasAdd", [f"{p}/bn", f"{p}/b"], [f"{p}/bias"], {}), [TensorInfo((1, 8, 8, cout))])
     g.add_node(Node(f"{p}/relu", "Relu", [f"{p}/bias"], [f"{p}/relu"], {}), [TensorInfo((1, 8, 8, cout))])
+    g.add_node(Node(f"{p}/id", "Identity", [f"{p}/relu"], [f"{p}/id"], {}), [TensorInfo((1, 8, 8, cout))])
     n = max(1, const_elems // cout)   # a constant-only subgraph of ~const_elems elements, folded to [cout]
     g.add_param(f"{p}/c1", rng.normal(0, 1, (n, cout)).astype(F32))
     g.add_param(f"{p}/c2", rng.normal(0, 1, (n, cout)).astype(F32))
     g.add_node(Node(f"{p}/cm", "Mul", [f"{p}/c1", f"{p}/c2"], [f"{p}/cm"], {}), [TensorInfo((n, cout))])
     g.add_node(Node(f"{p}/cr", "Mean", [f"{p}/cm"], [f"{p}/cr"], {"axes": (0,), "keepdims": False}),
                [TensorInfo((cout,))])
-    g.add_node(Node(f"{p}/out", "Add", [f"{p}/relu", f"{p}/cr"], [f"{p}/out"], {}), [TensorInfo((1, 8, 8, cout))])
+    g.add_node(Node(f"{p}/out", "Add", [f"{p}/id", f"{p}/cr"], [f"{p}/out"], {}), [TensorInfo((1, 8, 8, cout))])
     return f"{p}/out"
 
 
@@ -87,24 +90,34 @@ def graph(blocks: int, const_elems: int, channels: int = 16) -> Graph:
     return g
 
 
-def time_passes(g: Graph, repeats: int, collector: bool) -> dict:
-    """Best CPU seconds of this process (not wall time: the machine is shared) per pass over
-    ``repeats`` fresh copies of ``g``; ``collector`` False pauses Python's cyclic garbage
-    collector while a pass runs (timeit's convention: the pass's own work), True leaves it on
-    (what a conversion pays)."""
-    best = {name: float("inf") for name, _ in PASSES}
+def time_passes(g: Graph, collector: bool) -> dict:
+    """CPU seconds of this process (not wall time: the machine is shared) of each pass, run in
+    turn on a fresh copy of ``g``; ``collector`` False pauses Python's cyclic garbage collector
+    while a pass runs (timeit's convention: the pass's own work), True leaves it on (what a
+    conversion pays)."""
+    h = g.copy()
+    seconds = {}
+    for name, fn in PASSES:
+        gc.collect()
+        if not collector:
+            gc.disable()
+        try:
+            start = time.process_time()
+            fn(h)
+            seconds[name] = time.process_time() - start
+        finally:
+            gc.enable()
+    return seconds
+
+
+def best_times(graphs: list, repeats: int, collector: bool) -> list:
+    """Per graph of ``graphs``, the best of ``repeats`` :func:`time_passes` per pass; each
+    round times every graph once, so the graphs share the load of the round."""
+    best = [{name: float("inf") for name, _ in PASSES} for _ in graphs]
     for _ in range(repeats):
-        h = g.copy()
-        for name, fn in PASSES:
-            gc.collect()
-            if not collector:
-                gc.disable()
-            try:
-                start = time.process_time()
-                fn(h)
-                best[name] = min(best[name], time.process_time() - start)
-            finally:
-                gc.enable()
+        for g, b in zip(graphs, best):
+            for name, t in time_passes(g, collector).items():
+                b[name] = min(b[name], t)
     return best
 
 
@@ -126,22 +139,16 @@ def pass_rows(max_nodes: int, repeats: int) -> list:
     node_counts = [n for n in NODE_COUNTS if n <= max_nodes]
     for label, sizes, make in (
             ("constant elements (1 block)", [1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22], lambda s: graph(1, s)),
-            # 8 nodes a block with 4 channels and 36-element weights (the block adds a 1x1 projection)
-            ("nodes (chains of 8-node blocks)", node_counts, lambda s: graph(s // 8, 36, channels=4))):
+            # 9 nodes a block with 4 channels and 36-element weights (the block adds a 1x1 projection)
+            ("nodes (chains of 9-node blocks)", node_counts, lambda s: graph(s // 9, 36, channels=4))):
         by_nodes = label.startswith("nodes")
-        times = {name: [] for name, _ in PASSES}
-        times_on = {name: [] for name, _ in PASSES}
-        lines = {name: [] for name, _ in PASSES}
-        actual = []
-        for s in sizes:
-            g = make(s)
-            actual.append(len(g.nodes) if by_nodes else s)
-            paused, on = time_passes(g, repeats, collector=False), time_passes(g, repeats, collector=True)
-            work = lines_per_pass(g) if by_nodes else {}
-            for name in times:
-                times[name].append(paused[name])
-                times_on[name].append(on[name])
-                lines[name].append(work.get(name))
+        graphs = [make(s) for s in sizes]
+        actual = [len(g.nodes) for g in graphs] if by_nodes else sizes
+        paused, on = best_times(graphs, repeats, collector=False), best_times(graphs, repeats, collector=True)
+        work = [lines_per_pass(g) for g in graphs] if by_nodes else []
+        times = {name: [p[name] for p in paused] for name, _ in PASSES}
+        times_on = {name: [o[name] for o in on] for name, _ in PASSES}
+        lines = {name: [w[name] for w in work] for name, _ in PASSES}
         for name, ts in times.items():
             work_exp = exponent(actual, lines[name]) if by_nodes else None
             rows.append((label, name, actual, ts, exponent(actual, ts), exponent(actual, times_on[name]), work_exp))
@@ -210,7 +217,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--doc", action="store_true", help="write the tables into docs/benchmarks.md")
     p.add_argument("--max-nodes", type=int, default=NODE_COUNTS[-1], help="largest chain of the node-count series")
-    p.add_argument("--repeats", type=int, default=5, help="fresh copies each pass is timed on (best kept)")
+    p.add_argument("--repeats", type=int, default=5, help="rounds, each timing every size on a fresh copy (best kept)")
     p.add_argument("--conversion-nodes", default="5000,20000",
                    help="GraphDef nodes of the converted deep graphs, comma-separated ('' skips the conversion)")
     a = p.parse_args()
@@ -224,7 +231,8 @@ def main() -> None:
             f" --repeats {a.repeats}" if a.repeats != 5 else "") + (
             f" --conversion-nodes {a.conversion_nodes}" if a.conversion_nodes != "5000,20000" else "")
         lines = ["## Pass scaling and conversion of deep graphs", "", f"### {cpu_name()}", "",
-                 f"`{command}`: best of {a.repeats} CPU milliseconds of the process per pass, Python's "
+                 f"`{command}`: best of {a.repeats} rounds (each times every size once) of the CPU "
+                 "milliseconds of the process per pass, Python's "
                  "garbage collector paused while the pass runs (timeit's convention); exponent = slope "
                  "of log time against log size (1 = linear); `collector on`: the same exponent with the "
                  "collector running, as in a conversion; lines exponent (node counts only) = the same "

@@ -59,53 +59,54 @@ class QParams:
         return int(np.iinfo(self.dtype).max)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Node:
     """One operation: ``op`` is an IR op name (docs/ir.md), ``inputs``/``outputs`` are
-    tensor names, ``attrs`` holds op attributes (plain Python values / numpy arrays)."""
+    tensor names, ``attrs`` holds op attributes (plain Python values / numpy arrays).
+    Slotted: a node is one compact object, so a pass reading every node touches little memory."""
 
     name: str
     op: str
     inputs: List[str]
     outputs: List[str]
     attrs: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    _indexes: Tuple[weakref.ref, ...] = dataclasses.field(default=(), init=False, repr=False, compare=False)
 
     def __repr__(self) -> str:  # short, for error messages and debugging
         return f"Node({self.name!r}, {self.op}, in={self.inputs}, out={self.outputs})"
 
-    # The graphs holding a node index its tensors and name; every edit is reported to them.
+    # The graphs holding a node index its tensors, name and op; every edit is reported to them.
     def __setattr__(self, key: str, value: Any) -> None:
         if key in ("inputs", "outputs"):
-            before = tuple(self.__dict__.get(key, ()))
+            before = tuple(getattr(self, key, ()))
             object.__setattr__(self, key, TensorList(value, self, key))
             self.tensors_edited(key, before)
-        elif key == "name":
-            before = self.__dict__.get("name")
+        elif key in ("name", "op"):
+            before = getattr(self, key, None)
             object.__setattr__(self, key, value)
-            for index in owner_refs(self.__dict__.get("_indexes", [])):
-                index.rename(self, before)
+            for index in owner_refs(getattr(self, "_indexes", ())):
+                index.relabel(self, key, before)
         else:
             object.__setattr__(self, key, value)
 
     def tensors_edited(self, field: str, before: Tuple[str, ...]) -> None:
         """``inputs`` or ``outputs`` (``field``) changed from ``before``."""
         after = tuple(getattr(self, field))
-        for index in owner_refs(self.__dict__.get("_indexes", [])):
+        for index in owner_refs(getattr(self, "_indexes", ())):
             index.retarget(self, field, before, after)
 
     def join_index(self, index: GraphIndex) -> None:
-        refs = [r for r in self.__dict__.get("_indexes", []) if r() is not None]
-        self.__dict__["_indexes"] = refs + [weakref.ref(index)]
+        self._indexes = tuple(r for r in self._indexes if r() is not None) + (weakref.ref(index),)
 
     def leave_index(self, index: GraphIndex) -> None:
-        self.__dict__["_indexes"] = [r for r in self.__dict__.get("_indexes", []) if r() not in (index, None)]
+        self._indexes = tuple(r for r in self._indexes if r() not in (index, None))
 
     def __getstate__(self) -> Dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k != "_indexes"}
-        state["inputs"], state["outputs"] = list(self.inputs), list(self.outputs)
-        return state
+        return {"name": self.name, "op": self.op, "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "attrs": self.attrs}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
+        self._indexes = ()
         for k, v in state.items():
             setattr(self, k, v)
 
@@ -197,6 +198,15 @@ class Graph:
         entry = self._index.readers.get(tensor)
         return [] if entry is None else self._index.in_order(entry)
 
+    def nodes_of(self, ops: Iterable[str]) -> List[Node]:
+        """The nodes whose op is one of ``ops``, in graph order (O(k log k) for k of them)."""
+        found: List[Node] = []
+        for op in set(ops):
+            entry = self._index.ops.get(op)
+            if entry is not None:
+                found.extend(entry.values() if type(entry) is dict else (entry,))
+        return self._index.sorted(found)
+
     def consumer_map(self) -> Dict[str, List[Node]]:
         m: Dict[str, List[Node]] = defaultdict(list)
         for n in self.nodes:
@@ -268,7 +278,7 @@ class Graph:
     def prune(self) -> None:
         """Drop nodes, params and tensor infos that no graph output depends on."""
         live_tensors = self.upstream(self.outputs)
-        self.nodes = [n for n in self.nodes if any(t in live_tensors for t in n.outputs)]
+        self.remove_nodes([n for n in self.nodes if not any(t in live_tensors for t in n.outputs)])
         self.params = {k: v for k, v in self.params.items() if k in live_tensors}
         keep = live_tensors | set(self.inputs)
         self.tensors = {k: v for k, v in self.tensors.items() if k in keep}

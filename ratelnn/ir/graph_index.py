@@ -1,11 +1,13 @@
 """The lookup tables a :class:`~ratelnn.ir.graph.Graph` keeps in step with every edit.
 
 :class:`GraphIndex` holds the node order and, per tensor, the nodes producing and reading
-it, and the nodes by name: each lookup costs O(1) (O(k log k) for k readers), so a pass over
-n nodes does O(n log n) work instead of rescanning the graph per node.  The index cannot go
-stale: a node's ``inputs``/``outputs`` are :class:`TensorList` objects that report every
+it, and the nodes by name and by op: each lookup costs O(1) (O(k log k) for k readers or k
+nodes of an op), so a pass over n nodes does O(n log n) work instead of rescanning the graph
+per node, and a pass looking for one op visits only the nodes of that op.  The index cannot
+go stale: a node's ``inputs``/``outputs`` are :class:`TensorList` objects that report every
 edit (item assignment, append, slice edits, ...) to the indexes of the graphs holding the
-node, and renaming a node or assigning its lists reports too (``Node.__setattr__``).
+node, and renaming a node, changing its op or assigning its lists reports too
+(``Node.__setattr__``).
 :class:`NodeList` is the graph's ``nodes``: a list-like view whose edits go through the index.
 """
 from __future__ import annotations
@@ -74,8 +76,8 @@ def _drop(table: Dict[str, Any], key: str, node: Any) -> None:
 
 class GraphIndex:
     """Node order (a sequence number per node: later in the graph = larger), producers and
-    readers of each tensor, and nodes by name (one node, or id(node) -> node when several, so
-    duplicates are kept and answered like a scan in graph order would)."""
+    readers of each tensor, and nodes by name and by op (one node, or id(node) -> node when
+    several, so duplicates are kept and answered like a scan in graph order would)."""
 
     def __init__(self) -> None:
         self.order: Dict[int, Any] = {}          # sequence number -> node, in graph order
@@ -85,6 +87,7 @@ class GraphIndex:
         self.producers: Dict[str, Any] = {}      # tensor -> node, or id(node) -> node
         self.readers: Dict[str, Any] = {}
         self.names: Dict[str, Any] = {}
+        self.ops: Dict[str, Any] = {}
         self.suffix: Dict[str, int] = {}         # unique_name base -> last suffix tried
 
     # -------------------------------------------------------------- membership
@@ -161,6 +164,7 @@ class GraphIndex:
         for t in node.inputs:
             edit(self.readers, t, node)
         edit(self.names, node.name, node)
+        edit(self.ops, node.op, node)
 
     # -------------------------------------------------------------- edits of a member node
     def retarget(self, node: Any, field: str, before: Tuple[str, ...], after: Tuple[str, ...]) -> None:
@@ -170,9 +174,11 @@ class GraphIndex:
         for t in after:
             _add(table, t, node)
 
-    def rename(self, node: Any, before: str) -> None:
-        _drop(self.names, before, node)
-        _add(self.names, node.name, node)
+    def relabel(self, node: Any, field: str, before: str) -> None:
+        """``node``'s ``name`` or ``op`` (``field``) changed from ``before``."""
+        table = self.names if field == "name" else self.ops
+        _drop(table, before, node)
+        _add(table, getattr(node, field), node)
 
     # -------------------------------------------------------------- lookups
     def first(self, entry: Any) -> Any:
@@ -188,7 +194,11 @@ class GraphIndex:
     def in_order(self, entry: Any) -> List[Any]:
         if type(entry) is not dict:
             return [entry]
-        return sorted(entry.values(), key=lambda n: self.seq[id(n)])
+        return self.sorted(entry.values())
+
+    def sorted(self, nodes: Iterable[Any]) -> List[Any]:
+        """Member ``nodes`` in graph order."""
+        return sorted(nodes, key=lambda n: self.seq[id(n)])
 
 
 class NodeList(MutableSequence):

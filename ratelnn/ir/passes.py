@@ -27,7 +27,7 @@ def remove_identity(graph: Graph) -> None:
     renaming its producer's output to the graph output name; it is kept only when that
     is impossible (its input is a graph input, a param, another graph output, or an
     output of a multi-output node)."""
-    for node in [n for n in graph.nodes if n.op == "Identity"]:
+    for node in graph.nodes_of(("Identity",)):
         src, dst = node.inputs[0], node.outputs[0]
         if dst not in graph.outputs:
             graph.remove_nodes([node])
@@ -55,15 +55,15 @@ def _rename_output(graph: Graph, producer: Node, new: str) -> None:
 # ---------------------------------------------------------------- fold_constants
 def fold_constants(graph: Graph) -> None:
     """Replace every node whose inputs are all params by params holding its outputs."""
-    kept = []
+    folded = []
     for node in graph.nodes:
         if node.op in registry.NOT_FOLDABLE_OPS or not node.inputs or not all(graph.is_param(t) for t in node.inputs):
-            kept.append(node)
             continue
         values = evaluate_node(node, [graph.params[t] for t in node.inputs])
         for t, v in zip(node.outputs, values):
             graph.add_param(t, v)
-    graph.nodes = kept
+        folded.append(node)
+    graph.remove_nodes(folded)
 
 
 # ---------------------------------------------------------------- affine folding helpers
@@ -187,7 +187,7 @@ def _fold_affine(graph: Graph, ops: AbstractSet[str]) -> None:
     Only the visited node itself is ever removed, so iterating a snapshot is safe."""
     changed = True
     while changed:
-        changed = any([_absorb(graph, n, ops) for n in list(graph.nodes)])
+        changed = any([_absorb(graph, n, ops) for n in graph.nodes_of(ops)])
 
 
 # ---------------------------------------------------------------- fold_batchnorm
@@ -197,7 +197,7 @@ def fold_batchnorm(graph: Graph) -> None:
     bias.  A BatchNorm with nothing to fold into becomes ``Mul`` + ``Add`` by
     per-channel params."""
     expanded = {}
-    for node in [n for n in graph.nodes if n.op == "BatchNorm"]:
+    for node in graph.nodes_of(("BatchNorm",)):
         if all(graph.is_param(t) for t in node.inputs[1:]):
             expanded[id(node)] = _batchnorm_to_mul_add(graph, node)
     if expanded:
@@ -230,7 +230,7 @@ def fuse_bias_activation(graph: Graph) -> None:
     """Fuse ``BiasAdd`` / ``Add`` of a per-channel param into the Conv2D/MatMul bias, then
     a following Relu/Relu6/LeakyRelu into its ``act`` attribute."""
     _fold_affine(graph, registry.BIAS_OPS)
-    for node in [n for n in graph.nodes if n.op in registry.FUSABLE_ACT_OPS]:
+    for node in graph.nodes_of(registry.FUSABLE_ACT_OPS):
         producer = graph.producer(node.inputs[0])
         if producer is None or not registry.is_weighted(producer.op):
             continue
@@ -331,7 +331,7 @@ def fuse_prelu(graph: Graph) -> None:
     ``act="prelu"`` (``act_alpha``: float32 slopes, one per output channel) of the
     Conv2D/MatMul producing ``x`` when nothing else reads ``x`` and the slopes are per
     channel; else a ``PRelu(x, alpha)`` node."""
-    for node in [n for n in graph.nodes if n.op in registry.ADDITIVE_OPS]:   # only ever ends a pattern
+    for node in graph.nodes_of(registry.ADDITIVE_OPS):   # only ever ends a pattern
         pattern = match_prelu(graph, node)
         if pattern is None or _fuse_prelu_into_producer(graph, pattern):
             continue

@@ -1,4 +1,4 @@
-"""The graph's index (producers, readers, names, node order) against a full scan after every
+"""The graph's index (producers, readers, names, ops, node order) against a full scan after every
 kind of edit, and the default passes doing work linear in the node count."""
 import copy
 import pickle
@@ -33,6 +33,8 @@ def _scan_matches(g: Graph, order: list) -> None:
         else:
             with pytest.raises(KeyError):
                 g.node(name)
+    for ops in (("Add",), ("Relu", "Add"), ("Relu",), ("Conv2D",)):
+        assert [id(n) for n in g.nodes_of(ops)] == [id(n) for n in order if n.op in ops], ops
     used = set(g.tensors) | {n.name for n in order}
     for base in ("t0", "n1", "fresh"):
         fresh = g.unique_name(base)
@@ -98,6 +100,11 @@ def _edits(g: Graph, order: list, rng: random.Random, step: int):
         if n:
             n.name = rng.choice([f"renamed{step}", "n1", order[0].name])
 
+    def retype():
+        n = pick()
+        if n:
+            n.op = rng.choice(["Relu", "Add"])
+
     def add():
         node = new_node()
         g.add_node(node)
@@ -152,7 +159,7 @@ def _edits(g: Graph, order: list, rng: random.Random, step: int):
             old = n.inputs[0]
             g.replace_uses(old, rng.choice(tensors))
 
-    return rng.choice([input_item, input_list_methods, assign_lists, rename, add, remove, replace,
+    return rng.choice([input_item, input_list_methods, assign_lists, rename, retype, add, remove, replace,
                        list_edits, uses])
 
 
