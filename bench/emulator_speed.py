@@ -78,7 +78,6 @@ sys.path.insert(0, str(REPO))
 DOC = REPO / "docs" / "benchmarks.md"
 CALIBRATION_BATCHES = 2
 PEERS = ("TF FP32", "TFLite int8", "ORT int8")   # the contenders that are not ratelnn's
-NCHW_CONTENDERS = ("ORT int8", "compiled (ONNX)")  # the ONNX models: their batch is NCHW
 TARGET_TF = 0.5      # compiled / TF FP32 time: the target bound
 PRETRAINED = {"fer_emotion": "load_emotion"}   # agraph/pretrained.py loaders of real graphs
 

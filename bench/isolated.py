@@ -69,7 +69,7 @@ BUILDERS = {"tf_session": _tf_session, "tflite": _tflite, "ort": _ort, "ratelnn_
 class Contender:
     """A contender in a child process: ``Contender(kind, payload, batch)`` builds it there
     (``BUILDERS[kind](payload)``); ``turn(n)`` runs n consecutive calls on ``batch`` and
-    returns their seconds; ``close()`` (or the end of a ``with`` block) ends the child."""
+    returns their seconds; ``close()`` ends the child."""
 
     def __init__(self, kind: str, payload: Dict[str, Any], batch: np.ndarray) -> None:
         if kind not in BUILDERS:
@@ -101,12 +101,6 @@ class Contender:
         if os.path.exists(self._spec):
             os.unlink(self._spec)
 
-    def __enter__(self) -> "Contender":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 class Local:
     """A contender in the bench's own process (for comparisons inside one runtime, or where a
@@ -125,12 +119,6 @@ class Local:
 
     def close(self) -> None:
         pass
-
-    def __enter__(self) -> "Local":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _serve(spec_path: str) -> int:

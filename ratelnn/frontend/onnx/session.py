@@ -124,8 +124,8 @@ class RatelSession:
         self._quants: Dict[int, "_NativeQuant"] = {}
         self._stages: Dict[tuple, List[_Stage]] = {}
         self._lib = None
-        self._float = _ort_session(_float_view(model), stage_options(self.threads)) if all(n.op_type == "RatelMinMax" for n in self.custom) \
-            else None
+        calibration = all(n.op_type == "RatelMinMax" for n in self.custom)
+        self._float = _ort_session(_float_view(model), stage_options(self.threads)) if calibration else None
         self.output_names = [o.name for o in g.output]
         self._onnx = onnx
 
