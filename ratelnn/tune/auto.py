@@ -36,6 +36,9 @@ Below it, in order of cost, each step kept when it raises that figure by more th
 7. fp32 on the k least precise layers of the same ranking, from the same start (the layer runs
    on the host in float: no bit width to lose), k found the same way; the better of steps 6
    and 7 is kept.
+8. still below the bound: steps 1-3 judged again on top of the layer entries found
+   (:meth:`_Remedies.reconsider`): the choice of each made at int8 undone, or not made taken,
+   one at a time, kept when it raises the figure (at most 3 builds).
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
@@ -256,12 +259,43 @@ class _Remedies:
         note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
         if best[0] < self.bound and self.limit is not None:
             best, note = self.least_precise(self.islands(self.borders(self.recurrences(best))))
+            if best[0] < self.bound and best[1].get("layer_configs", self.user_layers) != self.user_layers:
+                best = self.reconsider(best)
+                note = "bound met" if best[0] >= self.bound else note
         cosine, settings, q = best
         ratio = None
         if settings and self.baseline:
             latency = self.latency(q, self.converter(settings)[0].config)
             ratio = None if latency is None else latency / self.baseline
         return q, AutoDecision(before, cosine, settings, ratio, n_held, self.bound, note)
+
+    def reconsider(self, best):
+        """Steps 3, 2 and 1 judged again on top of ``best``'s layer entries: each choice made
+        on the int8 model (bias correction, equalization, another method) undone, or one not
+        made taken, one key at a time (:meth:`toggled`), kept when it raises the cosine within
+        the latency limit; at most 3 builds.  With the activations in int16 what is left is
+        mostly the int8 weights' rounding, whose mean shift bias correction removes although
+        it gained nothing against the int8 activations' noise; a choice that won at int8 can
+        lose (a clipping method, equalization's rescaled ranges)."""
+        for key in ("bias_correction", "equalization", "quantize_algorithm"):
+            settings = self.toggled(best[1], key)
+            if settings is not None:
+                best = self.keep(best, settings, limited=True)
+        return best
+
+    def toggled(self, settings: Mapping[str, Any], key: str) -> Optional[Dict[str, Any]]:
+        """``settings`` with step 1-3's choice ``key`` undone (back to the config's), or, not
+        made, taken (equalization where its graph was calibrated, empirical bias correction);
+        None when there is nothing to toggle."""
+        config = self.conv.config
+        if key in settings:
+            dropped = (key, "output_dir") if key == "equalization" else (key,)
+            return {k: v for k, v in settings.items() if k not in dropped}
+        if key == "equalization" and not config["equalization"] and True in self.bases:
+            return dict(settings, equalization=True, output_dir=self.bases[True][0].config["output_dir"])
+        if key == "bias_correction" and config["bias_correction"] == "none":
+            return dict(settings, bias_correction="empirical")
+        return None
 
     def keep(self, best, settings, limited: bool = False):
         """(cosine, settings, quantized IR) of ``settings`` (:meth:`judge`) when it beats
