@@ -38,7 +38,8 @@ Below it, in order of cost, each step kept when it raises that figure by more th
    and 7 is kept.
 8. still below the bound: steps 1-3 judged again on top of the layer entries found
    (:meth:`_Remedies.reconsider`): the choice of each made at int8 undone, or not made taken,
-   one at a time, kept when it raises the figure (at most 3 builds).
+   one at a time until the bound is met, each kept when it raises the figure (at most 3
+   builds).
 
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
@@ -272,14 +273,14 @@ class _Remedies:
     def reconsider(self, best):
         """Steps 3, 2 and 1 judged again on top of ``best``'s layer entries: each choice made
         on the int8 model (bias correction, equalization, another method) undone, or one not
-        made taken, one key at a time (:meth:`toggled`), kept when it raises the cosine within
-        the latency limit; at most 3 builds.  With the activations in int16 what is left is
-        mostly the int8 weights' rounding, whose mean shift bias correction removes although
-        it gained nothing against the int8 activations' noise; a choice that won at int8 can
-        lose (a clipping method, equalization's rescaled ranges)."""
+        made taken, one key at a time (:meth:`toggled`) until the bound is met, each kept when
+        it raises the cosine within the latency limit; at most 3 builds.  With the activations
+        in int16 what is left is mostly the int8 weights' rounding, whose mean shift bias
+        correction removes although it gained nothing against the int8 activations' noise; a
+        choice that won at int8 can lose (a clipping method, equalization's rescaled ranges)."""
         for key in ("bias_correction", "equalization", "quantize_algorithm"):
             settings = self.toggled(best[1], key)
-            if settings is not None:
+            if settings is not None and best[0] < self.bound:
                 best = self.keep(best, settings, limited=True)
         return best
 
