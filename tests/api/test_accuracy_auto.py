@@ -5,7 +5,8 @@ the CLI writes), and the decision's keys
 with ``accuracy_auto`` off rebuild the same engines without calibrating; ``accuracy_auto=False``
 is plain int8; a model already good keeps its plain build after one check; on a trained model
 whose loss neither another method nor int16 wins back, the least precise layer kept in fp32
-does, and its recorded decision rebuilds the same engines."""
+does, and its recorded decision rebuilds the same engines; on a trained model with every
+anchor in int16, the int8 choices judged again take the bias correction the int8 model did not."""
 from __future__ import annotations
 
 import hashlib
