@@ -146,9 +146,11 @@ def test_depthwise_column_runs(data):
 @SETTINGS
 @given(data=st.data())
 def test_depthwise_few_channels_flat_rows(data):
-    """Depthwise with 2, 4 or 8 channels at horizontal stride 1 (output rows as flat runs of
-    16-lane blocks over several pixels, widened padded input rows, weights and constants tiled
-    with period C) beside channel counts that keep the per-pixel kernels (3, 5, 12, 16, 24):
+    """Depthwise with 2, 4 or 8 channels at horizontal stride 1 where the vpdpbusd runs do not
+    apply (output rows as flat runs of 16-lane blocks over several pixels, widened padded input
+    rows, weights and constants tiled with period C: 16-bit x, kw != 3, dilation across, every
+    such conv on the AVX2 and AVX-512 paths) beside channel counts that keep the per-pixel
+    kernels (3, 5, 12, 16, 24):
     kernels 1-4 high and wide, dilations 1-2, vertical strides 1-2, odd widths, asymmetric
     pads, the 16-lane epilogue (shifts >= 33) and the table one (smaller shifts)."""
     xdt = data.draw(ACT)
