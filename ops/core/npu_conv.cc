@@ -192,5 +192,10 @@ void scale_add_requant(const int32_t* a, const int32_t* b, int64_t n, int32_t ma
   RATELNN_ON_ACTIVE_PATH(scale_add_requant_impl(a, b, n, ma, mb, s, lo, hi, out))
 }
 
+void max_pool_rows(DType t, const uint8_t* x, const PoolGeom& g, int64_t lo, int64_t hi, int64_t row0, int64_t row1,
+                   uint8_t* y) {
+  RATELNN_ON_ACTIVE_PATH(max_pool_rows_impl(t, x, g, lo, hi, row0, row1, y))
+}
+
 }  // namespace npu
 }  // namespace ratelnn

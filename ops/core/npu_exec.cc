@@ -467,62 +467,31 @@ class Runner {
     });
   }
 
-  // ---- MAX_POOL / AVG_POOL (windows clipped to the input; padding never counts for max)
-  // acc[c] = max(acc[c], src[c]) and acc[c] = clamp(acc[c]), c < n (restrict: char types
-  // alias everything, which would stop the vectoriser).
-  template <typename T>
-  static void max_into(T* __restrict acc, const T* __restrict src, int64_t n) {
-    for (int64_t c = 0; c < n; ++c) acc[c] = std::max(acc[c], src[c]);
-  }
-  template <typename T>
-  static void clamp_into(T* __restrict acc, T lo, T hi, int64_t n) {
-    for (int64_t c = 0; c < n; ++c) acc[c] = std::min(std::max(acc[c], lo), hi);
-  }
-
-  // MAX_POOL in the element type: the window max per channel, then the clamp.
-  template <typename T>
-  void max_pool_t(const Instruction& ins) {
+  // ---- MAX_POOL (max_pool_rows: on the kernel path) / AVG_POOL (windows clipped to the input
+  // unless count_include_pad)
+  static constexpr int64_t kMinParallelPoolCodes = int64_t(1) << 18;  // window reads; fewer: one thread
+  void max_pool(const Instruction& ins) {
     const Attrs& a = ins.attrs;
     Shape xs = shape(ins.inputs[0]), ys = shape(ins.outputs[0]);
-    int64_t H = xs[1], W = xs[2], Cc = xs[3], OH = ys[1], OW = ys[2];
-    const T* x = reinterpret_cast<const T*>(buf_[ins.inputs[0]].data());
-    T* y = reinterpret_cast<T*>(out(ins.outputs[0]));
-    const T lo = T(ins.lo), hi = T(ins.hi);
-    parallel_for(n_ * OH, Cc * OW >= 4096 ? threads_ : 1, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        int64_t n = row / OH, oh = row % OH;
-        int64_t y0 = oh * a.strides[0] - a.pads[0];
-        int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y0 + a.ksize[0], H);
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          int64_t x0 = ow * a.strides[1] - a.pads[2];
-          int64_t xa = std::max<int64_t>(x0, 0), xb = std::min(x0 + a.ksize[1], W);
-          T* acc = y + ((n * OH + oh) * OW + ow) * Cc;
-          std::copy_n(x + ((n * H + ya) * W + xa) * Cc, Cc, acc);  // windows are never empty
-          for (int64_t iy = ya; iy < yb; ++iy)
-            for (int64_t ix = xa; ix < xb; ++ix) max_into(acc, x + ((n * H + iy) * W + ix) * Cc, Cc);
-          clamp_into(acc, lo, hi, Cc);
-        }
-      }
-    });
+    const PoolGeom g{xs[1], xs[2], xs[3], ys[1], ys[2], a.ksize[0], a.ksize[1], a.strides[0], a.strides[1],
+                     a.pads[0], a.pads[2]};
+    const uint8_t* x = buf_[ins.inputs[0]].data();
+    uint8_t* y = out(ins.outputs[0]);
+    const DType t = dt(ins.inputs[0]);
+    parallel_for(n_ * g.OH, n_ * g.OH * g.OW * g.C * g.kh * g.kw >= kMinParallelPoolCodes ? threads_ : 1,
+                 [&](int64_t begin, int64_t end) { max_pool_rows(t, x, g, ins.lo, ins.hi, begin, end, y); });
   }
 
   void pool(const Instruction& ins) {
-    if (ins.opcode == Opcode::kMaxPool) {
-      switch (dt(ins.inputs[0])) {
-        case DType::kInt8: return max_pool_t<int8_t>(ins);
-        case DType::kUInt8: return max_pool_t<uint8_t>(ins);
-        default: return max_pool_t<int16_t>(ins);
-      }
-    }
+    if (ins.opcode == Opcode::kMaxPool) return max_pool(ins);
     const Attrs& a = ins.attrs;
     View x = in(ins.inputs[0]);
     Shape ys = shape(ins.outputs[0]);
     int64_t H = x.shape[1], W = x.shape[2], Cc = x.shape[3], OH = ys[1], OW = ys[2];
     uint8_t* y = out(ins.outputs[0]);
     DType yt = dt(ins.outputs[0]);
-    bool is_max = ins.opcode == Opcode::kMaxPool;
-    int64_t m = is_max ? 0 : a.multipliers[0];
-    int s = is_max ? 0 : int(a.shifts[0]);
+    const int64_t m = a.multipliers[0];
+    const int s = int(a.shifts[0]);
     parallel_for(n_ * OH, Cc * OW >= 4096 ? threads_ : 1, [&](int64_t begin, int64_t end) {
       std::vector<int64_t> acc(Cc);
       std::vector<int32_t> cell(Cc), res(Cc);
@@ -532,19 +501,16 @@ class Runner {
           int64_t y0 = oh * a.strides[0] - a.pads[0], x0 = ow * a.strides[1] - a.pads[2];
           int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y0 + a.ksize[0], H);
           int64_t xa = std::max<int64_t>(x0, 0), xb = std::min(x0 + a.ksize[1], W);
-          std::fill(acc.begin(), acc.end(), is_max ? INT64_MIN : 0);
+          std::fill(acc.begin(), acc.end(), 0);
           for (int64_t iy = ya; iy < yb; ++iy)
             for (int64_t ix = xa; ix < xb; ++ix) {
               int64_t base = ((n * H + iy) * W + ix) * Cc;
               load_codes(x.data, x.dtype, base, Cc, INT64_MAX, cell.data());
-              if (is_max)
-                for (int64_t c = 0; c < Cc; ++c) acc[c] = std::max<int64_t>(acc[c], cell[c]);
-              else
-                for (int64_t c = 0; c < Cc; ++c) acc[c] += cell[c];
+              for (int64_t c = 0; c < Cc; ++c) acc[c] += cell[c];
             }
           int64_t cnt = a.count_include_pad ? a.ksize[0] * a.ksize[1] : (yb - ya) * (xb - xa);
           for (int64_t c = 0; c < Cc; ++c)
-            res[c] = int32_t(clamp(is_max ? acc[c] : rdiv(acc[c] * m, cnt << s), ins.lo, ins.hi));
+            res[c] = int32_t(clamp(rdiv(acc[c] * m, cnt << s), ins.lo, ins.hi));
           store_codes(yt, res.data(), Cc, y, ((n * OH + oh) * OW + ow) * Cc);
         }
       }

@@ -125,6 +125,17 @@ void store_codes(DType t, const int32_t* v, int64_t count, uint8_t* y, int64_t i
 void scale_add_requant(const int32_t* a, const int32_t* b, int64_t n, int32_t ma, int32_t mb, int s, int64_t lo,
                        int64_t hi, int32_t* out);
 
+// Geometry of one MAX_POOL / AVG_POOL at the run batch: input H x W x C, output OH x OW x C,
+// kernel kh x kw, strides sh, sw, top and left padding pt, pl.
+struct PoolGeom {
+  int64_t H, W, C, OH, OW, kh, kw, sh, sw, pt, pl;
+};
+
+// MAX_POOL of the NHWC codes x (dtype t, 8 or 16 bits) into y (same dtype), clamped to
+// [lo, hi]: output rows [row0, row1) of the n * OH rows (windows clipped to the input).
+void max_pool_rows(DType t, const uint8_t* x, const PoolGeom& g, int64_t lo, int64_t hi, int64_t row0, int64_t row1,
+                   uint8_t* y);
+
 // Throughput probe of the active path's multiply-add instruction (registers only, the calling
 // thread): runs `iters` rounds, returns the multiply-adds done and names the instruction.
 int64_t peak_macs(int64_t iters, const char** instruction);

@@ -143,6 +143,44 @@ def test_depthwise_column_runs(data):
     check(b, [x])
 
 
+@SETTINGS
+@given(data=st.data())
+def test_depthwise_few_channels_flat_rows(data):
+    """Depthwise with 2, 4 or 8 channels at horizontal stride 1 where the vpdpbusd runs do not
+    apply (output rows as flat runs of 16-lane blocks over several pixels, widened padded input
+    rows, weights and constants tiled with period C: 16-bit x, kw != 3, dilation across, every
+    such conv on the AVX2 and AVX-512 paths) beside channel counts that keep the per-pixel
+    kernels (3, 5, 12, 16, 24):
+    kernels 1-4 high and wide, dilations 1-2, vertical strides 1-2, odd widths, asymmetric
+    pads, the 16-lane epilogue (shifts >= 33) and the table one (smaller shifts)."""
+    xdt = data.draw(ACT)
+    wdt = "int16" if xdt != "int16" and data.draw(st.booleans()) else "int8"
+    cin = data.draw(st.sampled_from([2, 4, 8, 8, 3, 5, 12, 16, 24]))
+    (kh, kw), (dh, dw) = data.draw(st.tuples(st.integers(1, 4), st.integers(1, 4))), data.draw(
+        st.tuples(st.integers(1, 2), st.integers(1, 2)))
+    sh, sw = data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 1, 2]))
+    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    pads = tuple(data.draw(st.integers(0, e - 1)) for e in (eh, eh, ew, ew))
+    h = data.draw(st.integers(max(1, eh - pads[0] - pads[1]), 7))
+    w = data.draw(st.integers(max(1, ew - pads[2] - pads[3]), 21))
+    n = data.draw(st.integers(1, 2))
+    oh, ow = (h + pads[0] + pads[1] - eh) // sh + 1, (w + pads[2] + pads[3] - ew) // sw + 1
+    x = rand_codes(data, (n, h, w, cin), xdt)
+    wq = rand_codes(data, (kh, kw, 1, cin), wdt)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
+    bias = rng.integers(-5000, 5000, cin)
+    shifts = rng.integers(33, 41, cin) if data.draw(st.booleans()) else rng.integers(12, 33, cin)
+    mults = rng.integers(2 ** 28, 2 ** 31 - 1, cin)
+    b = EngineBuilder("dw_flat", n)
+    tx, ty = b.tensor("x", x.shape, xdt, 0.1), b.tensor("y", (n, oh, ow, cin), data.draw(ACT), 1.0)
+    consts = [b.const("w", wq), b.const("bias", bias.astype(np.int32)), b.const("m", mults.astype(np.int32)),
+              b.const("s", shifts.astype(np.int32))]
+    b.add("CONV2D", [tx], [ty], consts, strides=(sh, sw), dilations=(dh, dw), pads=pads, groups=cin,
+          act_min=0 if data.draw(st.booleans()) else None)
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
 def test_depthwise_mobilenet_rows():
     """A MobileNetV2-like depthwise layer (stride 2, pads (0, 1, 0, 1), 96 channels, ReLU6
     bounds) and a 5x5 one with 40 channels, int8 and uint8 inputs: many interior pixels, two
@@ -284,6 +322,30 @@ def test_pools_and_mean_wide_channels(data, is_max):
     s = min(s, 62 - (h * w).bit_length())
     b.add("MEAN", [tx], [tm], axes=(1, 2), multipliers=[int(np.floor(sx / sy * 2 ** s + 0.5))], shifts=[s])
     b.set_io([tx], [ty, tm])
+    check(b, [x])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_max_pool_windows_strides_and_clamps(data):
+    """MAX_POOL's separable kernel: kernels 1..4 wide and high, strides 1..3, any padding up to
+    a whole window (windows of padding alone clamp to lo), channels around the vector widths
+    (8, 12, 24, odd) and a clamp inside the dtype's range."""
+    xdt = data.draw(ACT)
+    n, c = data.draw(st.integers(1, 2)), data.draw(st.one_of(CHANNELS, st.sampled_from([8, 12, 24])))
+    (kh, kw), (sh, sw) = data.draw(st.tuples(st.integers(1, 4), st.integers(1, 4))), data.draw(
+        st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    pads = tuple(data.draw(st.integers(0, k - 1)) for k in (kh, kh, kw, kw))
+    h, w = data.draw(st.integers(kh, 13)), data.draw(st.integers(kw, 13))
+    oh, ow = (h + pads[0] + pads[1] - kh) // sh + 1, (w + pads[2] + pads[3] - kw) // sw + 1
+    lo, hi = qrange(xdt)
+    act_min, act_max = data.draw(st.integers(lo, 0)), data.draw(st.integers(1, hi))
+    sx = scale(data)
+    x = rand_codes(data, (n, h, w, c), xdt)
+    b = EngineBuilder("max_pool", n)
+    tx, ty = b.tensor("x", x.shape, xdt, sx), b.tensor("y", (n, oh, ow, c), xdt, sx)
+    b.add("MAX_POOL", [tx], [ty], ksize=(kh, kw), strides=(sh, sw), pads=pads, act_min=act_min, act_max=act_max)
+    b.set_io([tx], [ty])
     check(b, [x])
 
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -79,7 +80,9 @@ inline int64_t chunk_pairs_for(DType x, DType w) { return std::max<int64_t>(1, (
   void add_code_rows_impl(const uint8_t* p, DType t, int64_t start, int64_t rows, int64_t stride,            \
                           int64_t count, int32_t* sum);                                                      \
   void scale_add_requant_impl(const int32_t* a, const int32_t* b, int64_t n, int32_t ma, int32_t mb, int s,  \
-                              int64_t lo, int64_t hi, int32_t* out);
+                              int64_t lo, int64_t hi, int32_t* out);                                         \
+  void max_pool_rows_impl(DType t, const uint8_t* x, const PoolGeom& g, int64_t lo, int64_t hi, int64_t row0, \
+                          int64_t row1, uint8_t* y);
 
 namespace isa_portable { RATELNN_CONV_PATH_ENTRIES }
 #if RATELNN_X86_PATHS
