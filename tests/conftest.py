@@ -1,4 +1,5 @@
-"""Session-wide fixtures: the Fashion-MNIST data and the trained Fashion-MNIST CNN.
+"""Session-wide fixtures: the Fashion-MNIST data and the trained Fashion-MNIST CNN; per test,
+``rng``: a random generator of the test's own.
 
 The trained CNN is built once per pytest session and also kept on disk under the pytest
 cache directory (``.pytest_cache/d/ratelnn-models``), keyed by a hash of its builder's
@@ -7,7 +8,9 @@ source, so reruns skip training. ``pytest --cache-clear`` retrains.
 from __future__ import annotations
 
 import os
+import zlib
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -45,6 +48,13 @@ def pytest_collection_modifyitems(config, items):
                 sources[path] = False
         if sources[path] and item.get_closest_marker("no_tf_math") is None:
             item.add_marker(pytest.mark.tensorflow)
+
+
+@pytest.fixture
+def rng(request):
+    """A numpy generator of the test's own, seeded from its id (path, name and parameters):
+    its draws do not depend on which tests ran before it in the same worker."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture(scope="session")
