@@ -26,7 +26,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # marked `no_tf_math`: they build, cache or compile the op library, run only ratelnn's own
 # ops, or run no TensorFlow kernel at all (MXNet, the IR's numpy reference, native engines,
 # config and registry checks, Keras models built or frozen but never run), so the rewrites
-# (which replace TF's Conv2D/MatMul/... kernels) cannot change them.
+# (which replace TF's Conv2D/MatMul/... kernels) cannot change them; and tests marked `run_once`:
+# they run TensorFlow, but check something the rewrites cannot change (that a wheel installs and
+# builds its ops), on graphs other tests run both ways.
 _TF_WORDS = ("tensorflow", "keras", "tf_init", "freeze_")
 
 
@@ -34,6 +36,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "tensorflow: runs TensorFlow (rerun with TF_ENABLE_ONEDNN_OPTS=0)")
     config.addinivalue_line("markers", "no_tf_math: mentions TensorFlow but runs none of the kernels its "
                                        "oneDNN rewrites replace (run once)")
+    config.addinivalue_line("markers", "run_once: runs TensorFlow, but checks what the oneDNN rewrites cannot "
+                                       "change, on graphs other tests run both ways (run once)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,7 +50,7 @@ def pytest_collection_modifyitems(config, items):
                     sources[path] = any(word in f.read() for word in _TF_WORDS)
             except OSError:
                 sources[path] = False
-        if sources[path] and item.get_closest_marker("no_tf_math") is None:
+        if sources[path] and not any(item.get_closest_marker(m) for m in ("no_tf_math", "run_once")):
             item.add_marker(pytest.mark.tensorflow)
 
 
