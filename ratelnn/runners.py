@@ -7,7 +7,8 @@ so calling it batch after batch reuses them:
 - TensorFlow: the GraphDef is imported once into a ``tf.Graph`` run by one
   ``tf.compat.v1.Session`` (kept for the lifetime of the cache entry).  A compiled model whose
   every op runs on the NPU (:func:`runs_on_caller_thread`) is run on the calling thread
-  (:func:`tf_session_options`): no hand-off to TensorFlow's inter-op pool per call.
+  (:func:`tf_session_options`): no hand-off to TensorFlow's inter-op pool per call.  Grappler
+  optimizes each graph in one round, not TensorFlow's default two (:func:`tf_session_options`).
 - MXNet: the ``(symbol, arg_params, aux_params)`` tuple is bound once per set of input
   shapes (an executor per shape set).
 
@@ -51,14 +52,18 @@ def runs_on_caller_thread(graph_def: Any) -> bool:
 
 
 def tf_session_options(graph_def: Any, intra_op_threads: int = 0, inter_op_threads: int = 0):
-    """``(ConfigProto, RunOptions or None)`` to run ``graph_def`` with: for a model that
-    :func:`runs_on_caller_thread`, a session inter-op pool and RunOptions that run each call
-    on the calling thread (``inter_op_thread_pool=-1``); otherwise TensorFlow's defaults.
-    Thread counts of 0 leave TensorFlow's choice (one per core)."""
+    """``(ConfigProto, RunOptions or None)`` to run ``graph_def`` with: Grappler's optimizers
+    in one round (TensorFlow's default runs them twice: on a deep graph the second round costs
+    about as much as the first and finds little in a frozen graph, docs/benchmarks.md "Pass
+    scaling"); for a model that :func:`runs_on_caller_thread`, a session inter-op pool and
+    RunOptions that run each call on the calling thread (``inter_op_thread_pool=-1``);
+    otherwise TensorFlow's defaults.  Thread counts of 0 leave TensorFlow's choice (one per core)."""
     tf = import_tensorflow()
+    from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
 
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra_op_threads,
                                       inter_op_parallelism_threads=inter_op_threads)
+    config.graph_options.rewrite_options.meta_optimizer_iterations = RewriterConfig.ONE
     if not runs_on_caller_thread(graph_def):
         return config, None
     config.inter_op_parallelism_threads = 0

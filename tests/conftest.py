@@ -1,4 +1,5 @@
-"""Session-wide fixtures: the Fashion-MNIST data and the trained Fashion-MNIST CNN.
+"""Session-wide fixtures: the Fashion-MNIST data and the trained Fashion-MNIST CNN; per test,
+``rng``: a random generator of the test's own.
 
 The trained CNN is built once per pytest session and also kept on disk under the pytest
 cache directory (``.pytest_cache/d/ratelnn-models``), keyed by a hash of its builder's
@@ -7,7 +8,9 @@ source, so reruns skip training. ``pytest --cache-clear`` retrains.
 from __future__ import annotations
 
 import os
+import zlib
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -23,7 +26,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # marked `no_tf_math`: they build, cache or compile the op library, run only ratelnn's own
 # ops, or run no TensorFlow kernel at all (MXNet, the IR's numpy reference, native engines,
 # config and registry checks, Keras models built or frozen but never run), so the rewrites
-# (which replace TF's Conv2D/MatMul/... kernels) cannot change them.
+# (which replace TF's Conv2D/MatMul/... kernels) cannot change them; and tests marked `run_once`:
+# they run TensorFlow, but check something the rewrites cannot change (that a wheel installs and
+# builds its ops), on graphs other tests run both ways.
 _TF_WORDS = ("tensorflow", "keras", "tf_init", "freeze_")
 
 
@@ -31,6 +36,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "tensorflow: runs TensorFlow (rerun with TF_ENABLE_ONEDNN_OPTS=0)")
     config.addinivalue_line("markers", "no_tf_math: mentions TensorFlow but runs none of the kernels its "
                                        "oneDNN rewrites replace (run once)")
+    config.addinivalue_line("markers", "run_once: runs TensorFlow, but checks what the oneDNN rewrites cannot "
+                                       "change, on graphs other tests run both ways (run once)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,8 +50,15 @@ def pytest_collection_modifyitems(config, items):
                     sources[path] = any(word in f.read() for word in _TF_WORDS)
             except OSError:
                 sources[path] = False
-        if sources[path] and item.get_closest_marker("no_tf_math") is None:
+        if sources[path] and not any(item.get_closest_marker(m) for m in ("no_tf_math", "run_once")):
             item.add_marker(pytest.mark.tensorflow)
+
+
+@pytest.fixture
+def rng(request):
+    """A numpy generator of the test's own, seeded from its id (path, name and parameters):
+    its draws do not depend on which tests ran before it in the same worker."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from .graph_index import GraphIndex, NodeList, TensorList, owner_refs
+from .graph_index import GraphIndex, NodeList, TensorList, interned, owner_refs
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class TensorInfo:
     """Static type of a tensor: ``shape`` (tuple of ints, ``None`` for unknown dims)
     and ``dtype`` (a numpy dtype name such as ``"float32"`` or ``"int8"``)."""
@@ -83,7 +83,7 @@ class Node:
             self.tensors_edited(key, before)
         elif key in ("name", "op"):
             before = getattr(self, key, None)
-            object.__setattr__(self, key, value)
+            object.__setattr__(self, key, interned(value))
             for index in owner_refs(getattr(self, "_indexes", ())):
                 index.relabel(self, key, before)
         else:
@@ -157,11 +157,13 @@ class Graph:
 
     # ------------------------------------------------------------------ building
     def add_input(self, name: str, shape, dtype: str = "float32") -> str:
+        name = interned(name)
         self.inputs.append(name)
         self.tensors[name] = TensorInfo(_shape(shape), dtype)
         return name
 
     def add_param(self, name: str, value: np.ndarray) -> str:
+        name = interned(name)
         value = np.asarray(value)
         self.params[name] = value
         self.tensors[name] = TensorInfo(tuple(value.shape), str(value.dtype))
@@ -276,13 +278,14 @@ class Graph:
         return reached
 
     def prune(self) -> None:
-        """Drop nodes, params and tensor infos that no graph output depends on."""
-        live_tensors = self.upstream(self.outputs)
-        self.remove_nodes([n for n in self.nodes if not any(t in live_tensors for t in n.outputs)])
-        self.params = {k: v for k, v in self.params.items() if k in live_tensors}
-        keep = live_tensors | set(self.inputs)
-        self.tensors = {k: v for k, v in self.tensors.items() if k in keep}
-        self.qparams = {k: v for k, v in self.qparams.items() if k in keep}
+        """Drop nodes, params and tensor infos that no graph output depends on (the graph
+        inputs keep their infos)."""
+        live = self.upstream(self.outputs)
+        self.remove_nodes([n for n in self.nodes if not any(t in live for t in n.outputs)])
+        self.params = {k: v for k, v in self.params.items() if k in live}
+        live.update(self.inputs)
+        self.tensors = {k: v for k, v in self.tensors.items() if k in live}
+        self.qparams = {k: v for k, v in self.qparams.items() if k in live}
 
     def toposort(self) -> None:
         """Reorder nodes topologically; raises GraphError on cycles or dangling inputs."""

@@ -12,6 +12,7 @@ node, and renaming a node, changing its op or assigning its lists reports too
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import MutableSequence
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -20,14 +21,21 @@ EDITING_METHODS = ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append
                    "insert", "pop", "remove", "clear", "sort", "reverse")
 
 
+def interned(name: Any) -> Any:
+    """The shared copy of ``name`` (``sys.intern``; other than a plain str: unchanged): nodes,
+    tables and sets holding a tensor name then hold one object, so a graph keeps one copy of
+    each name and lookups match by identity instead of comparing characters."""
+    return sys.intern(name) if type(name) is str else name
+
+
 class TensorList(list):
-    """A node's ``inputs`` or ``outputs`` (tensor names) that reports its edits to the node.
-    Copies and pickles are plain lists."""
+    """A node's ``inputs`` or ``outputs`` (tensor names, :func:`interned`) that reports its
+    edits to the node.  Copies and pickles are plain lists."""
 
     __slots__ = ("_node", "_field")
 
     def __init__(self, items: Iterable[str], node: Any, field: str) -> None:
-        super().__init__(items)
+        super().__init__(map(interned, items))
         self._node = node
         self._field = field
 

@@ -15,23 +15,20 @@ from ratelnn.frontend.mxnet import converter  # noqa: E402
 from ratelnn.ir.evaluate import evaluate  # noqa: E402
 from ratelnn.runners import run_model  # noqa: E402
 
-RNG = np.random.default_rng(5)
-
-
-def _net():
+def _net(rng):
     net = nn.HybridSequential()
     net.add(nn.Conv2D(8, 3, padding=1, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
             nn.Conv2D(8, 3, padding=1, groups=8, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
             nn.Conv2D(16, 1), nn.Activation("relu"), nn.GlobalAvgPool2D(), nn.Dense(5))
     net.initialize()
     net.hybridize()
-    x = mx.nd.array(RNG.standard_normal((4, 3, 8, 8)).astype(np.float32))
+    x = mx.nd.array(rng.standard_normal((4, 3, 8, 8)).astype(np.float32))
     net(x)
     for name, p in net.collect_params().items():
         if name.endswith(("running_var", "gamma")):
-            value = np.exp(RNG.uniform(-3, 3, p.shape))     # channel ranges ~400x apart
+            value = np.exp(rng.uniform(-3, 3, p.shape))     # channel ranges ~400x apart
         else:
-            value = RNG.normal(0, 0.3, p.shape)
+            value = rng.normal(0, 0.3, p.shape)
         p.set_data(mx.nd.array(value))
     prefix = tempfile.mkdtemp() + "/dwsep"
     net.export(prefix)
@@ -39,9 +36,9 @@ def _net():
     return (symbol, args, aux), symbol.list_outputs()[0]
 
 
-def test_passes_run_in_mxnet_and_equalization_is_exact():
-    model, out = _net()
-    x = RNG.standard_normal((64, 3, 8, 8)).astype(np.float32)
+def test_passes_run_in_mxnet_and_equalization_is_exact(rng):
+    model, out = _net(rng)
+    x = rng.standard_normal((64, 3, 8, 8)).astype(np.float32)
     cfg = {"input_nodes": ["data"], "output_nodes": [out], "input_shapes": [[16, 3, 8, 8]],
            "output_dir": tempfile.mkdtemp(), "auto_int16": False, "equalization": True}
     conv = converter(model, cfg)

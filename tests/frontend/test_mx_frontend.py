@@ -17,29 +17,27 @@ from ratelnn.ir import Graph, Node, TensorInfo  # noqa: E402
 from ratelnn.ir.evaluate import evaluate  # noqa: E402
 from ratelnn.ir.passes import run_default_passes  # noqa: E402
 
-RNG = np.random.default_rng(4)
-
-
-def _randomize(net):
-    """Random weights, and non-trivial BN statistics so that folding is really exercised."""
+def _randomize(net, rng):
+    """Random weights from ``rng``, and non-trivial BN statistics so that folding is really exercised."""
     for name, p in net.collect_params().items():
         shape = p.shape
         if name.endswith(("running_var", "gamma")):
-            value = RNG.uniform(0.5, 1.5, shape)
+            value = rng.uniform(0.5, 1.5, shape)
         elif name.endswith("alpha"):
-            value = RNG.uniform(0.05, 0.5, shape)
+            value = rng.uniform(0.05, 0.5, shape)
         else:
-            value = RNG.normal(0, 0.3, shape)
+            value = rng.normal(0, 0.3, shape)
         p.set_data(mx.nd.array(value))
 
 
-def checkpoint(net, shape, tmp_path, name="net"):
-    """Initialise, hybridize and export ``net``; returns (prefix, input, MXNet output)."""
+def checkpoint(net, shape, tmp_path, rng, name="net"):
+    """Initialise, hybridize and export ``net`` (weights and input drawn from ``rng``); returns
+    (prefix, input, MXNet output)."""
     net.initialize()
     net.hybridize()
-    x = mx.nd.array(RNG.standard_normal(shape).astype(np.float32))
+    x = mx.nd.array(rng.standard_normal(shape).astype(np.float32))
     net(x)
-    _randomize(net)
+    _randomize(net, rng)
     want = net(x).asnumpy()
     prefix = str(tmp_path / name)
     net.export(prefix)
@@ -56,8 +54,8 @@ def run_mxnet(model, feeds):
     return [o.asnumpy() for o in mod.get_outputs()]
 
 
-def roundtrip(net, shape, tmp_path, numpy_evaluator=True):
-    prefix, x, want = checkpoint(net, shape, tmp_path)
+def roundtrip(net, shape, tmp_path, rng, numpy_evaluator=True):
+    prefix, x, want = checkpoint(net, shape, tmp_path, rng)
     symbol, arg_params, aux_params = mx.model.load_checkpoint(prefix, 0)
     out = symbol.list_outputs()[0]
     graph = run_default_passes(import_symbol((symbol, arg_params, aux_params), ["data"], [out], [list(shape)]))
@@ -102,26 +100,26 @@ class TwoBranchConcat(nn.HybridBlock):
         return F.concat(self.a(x), self.b(x), dim=1)
 
 
-def test_conv_bn_relu_folds_into_one_conv(tmp_path):
+def test_conv_bn_relu_folds_into_one_conv(tmp_path, rng):
     g = roundtrip(seq(nn.Conv2D(8, 3, strides=2, padding=1, use_bias=False), nn.BatchNorm(),
-                      nn.Activation("relu")), (2, 3, 9, 9), tmp_path)
+                      nn.Activation("relu")), (2, 3, 9, 9), tmp_path, rng)
     assert ops_of(g) == ["Conv2D"]
     conv = g.nodes[0]
     assert conv.attrs["act"] == "relu" and conv.attrs["pads"] == (1, 1, 1, 1) and len(conv.inputs) == 3
     assert g.shape(conv.inputs[1]) == (3, 3, 3, 8)  # HWIO
 
 
-def test_grouped_and_depthwise_dilated_conv(tmp_path):
+def test_grouped_and_depthwise_dilated_conv(tmp_path, rng):
     g = roundtrip(seq(nn.Conv2D(8, 3, padding=2, dilation=2, groups=2, in_channels=4), nn.BatchNorm(),
-                      nn.Conv2D(8, 3, padding=1, groups=8, use_bias=False)), (1, 4, 10, 10), tmp_path)
+                      nn.Conv2D(8, 3, padding=1, groups=8, use_bias=False)), (1, 4, 10, 10), tmp_path, rng)
     assert [n.attrs["groups"] for n in g.nodes] == [2, 8]
     assert g.nodes[0].attrs["dilations"] == (2, 2) and ops_of(g) == ["Conv2D", "Conv2D"]
 
 
-def test_residual_add_and_concat(tmp_path):
-    g = roundtrip(Residual(), (2, 3, 6, 6), tmp_path)
+def test_residual_add_and_concat(tmp_path, rng):
+    g = roundtrip(Residual(), (2, 3, 6, 6), tmp_path, rng)
     assert sorted(ops_of(g)) == ["Add", "Conv2D", "Conv2D", "Relu"]
-    g = roundtrip(TwoBranchConcat(), (2, 3, 6, 6), tmp_path)
+    g = roundtrip(TwoBranchConcat(), (2, 3, 6, 6), tmp_path, rng)
     assert sorted(ops_of(g)) == ["Concat", "Conv2D", "MaxPool"]
 
 
@@ -130,30 +128,31 @@ def test_residual_add_and_concat(tmp_path):
     nn.MaxPool2D(2, 2, ceil_mode=True), nn.AvgPool2D(3, 2, 1, ceil_mode=True),
     nn.AvgPool2D(3, 2, 1, ceil_mode=True, count_include_pad=False), nn.GlobalAvgPool2D(), nn.GlobalMaxPool2D(),
 ], ids=["max", "avg", "avg_exclude_pad", "max_full", "avg_full", "avg_full_exclude_pad", "global_avg", "global_max"])
-def test_pooling(pool, tmp_path):
-    g = roundtrip(seq(nn.Conv2D(4, 1), pool), (1, 3, 8, 8), tmp_path)
+def test_pooling(pool, tmp_path, rng):
+    g = roundtrip(seq(nn.Conv2D(4, 1), pool), (1, 3, 8, 8), tmp_path, rng)
     assert ops_of(g)[-1] in ("MaxPool", "AvgPool", "Mean")
 
 
-def test_full_convention_pads_the_end(tmp_path):
-    g = roundtrip(seq(nn.MaxPool2D(2, 2, ceil_mode=True)), (1, 2, 7, 7), tmp_path)
+def test_full_convention_pads_the_end(tmp_path, rng):
+    g = roundtrip(seq(nn.MaxPool2D(2, 2, ceil_mode=True)), (1, 2, 7, 7), tmp_path, rng)
     assert g.nodes[0].attrs["pads"] == (0, 1, 0, 1)
 
 
 @pytest.mark.parametrize("flatten", [True, False])
-def test_fully_connected(flatten, tmp_path):
-    g = roundtrip(seq(nn.Conv2D(4, 3), nn.Dense(6, flatten=flatten), nn.Activation("relu")), (2, 3, 5, 5), tmp_path)
+def test_fully_connected(flatten, tmp_path, rng):
+    g = roundtrip(seq(nn.Conv2D(4, 3), nn.Dense(6, flatten=flatten), nn.Activation("relu")), (2, 3, 5, 5),
+                  tmp_path, rng)
     matmul = next(n for n in g.nodes if n.op == "MatMul")
     assert g.shape(matmul.inputs[1]) == ((4 * 3 * 3, 6) if flatten else (3, 6))
     assert ("Flatten" in ops_of(g)) == flatten and matmul.attrs["act"] == ("relu" if flatten else "none")
 
 
-def test_activations_softmax_and_dropout(tmp_path):
+def test_activations_softmax_and_dropout(tmp_path, rng):
     g = roundtrip(seq(nn.Dense(8), nn.Activation("softrelu"), nn.Dropout(0.5), nn.Dense(8),
                       nn.Activation("sigmoid"), nn.Dense(8), nn.Activation("tanh"), nn.Dense(5)),
-                  (3, 6), tmp_path)
+                  (3, 6), tmp_path, rng)
     assert ops_of(g) == ["MatMul", "Softplus", "MatMul", "Sigmoid", "MatMul", "Tanh", "MatMul"]
-    prefix, x, _ = checkpoint(seq(nn.Dense(5)), (3, 6), tmp_path, "sm")
+    prefix, x, _ = checkpoint(seq(nn.Dense(5)), (3, 6), tmp_path, rng, "sm")
     sym, arg, aux = mx.model.load_checkpoint(prefix, 0)
     for head in (mx.sym.softmax(sym, axis=-1, name="prob"), mx.sym.SoftmaxOutput(sym, name="prob")):
         graph = run_default_passes(import_symbol((head, arg, aux), ["data"], ["prob"], [[3, 6]]))
@@ -165,18 +164,20 @@ def test_activations_softmax_and_dropout(tmp_path):
         np.testing.assert_allclose(run_mxnet(export_symbol(graph), {"data": x})[0], want, rtol=1e-5)
 
 
-def test_leaky_and_prelu(tmp_path):
-    g = roundtrip(seq(nn.Conv2D(4, 3), nn.LeakyReLU(0.1), nn.Conv2D(4, 1), nn.PReLU()), (1, 3, 6, 6), tmp_path)
+def test_leaky_and_prelu(tmp_path, rng):
+    g = roundtrip(seq(nn.Conv2D(4, 3), nn.LeakyReLU(0.1), nn.Conv2D(4, 1), nn.PReLU()), (1, 3, 6, 6),
+                  tmp_path, rng)
     assert ops_of(g) == ["Conv2D", "Conv2D"]  # leaky and one-slope prelu fuse as leaky_relu
     assert [n.attrs["act"] for n in g.nodes] == ["leaky_relu"] * 2 and g.nodes[0].attrs["act_alpha"] == 0.1
-    alpha_init = mx.init.Constant(mx.nd.array(RNG.uniform(0.1, 0.4, 4)))
+    alpha_init = mx.init.Constant(mx.nd.array(rng.uniform(0.1, 0.4, 4)))
     g = roundtrip(seq(nn.Conv2D(4, 1), nn.PReLU(alpha_initializer=alpha_init, in_channels=4)),
-                  (1, 3, 5, 5), tmp_path)
+                  (1, 3, 5, 5), tmp_path, rng)
     assert ops_of(g) == ["Conv2D"] and g.nodes[0].attrs["act"] == "prelu"  # per-channel prelu fuses
 
 
-def test_checkpoint_prefix_and_names_with_or_without_output_suffix(tmp_path):
-    prefix, x, want = checkpoint(seq(nn.Conv2D(4, 3, use_bias=False), nn.BatchNorm()), (1, 3, 6, 6), tmp_path)
+def test_checkpoint_prefix_and_names_with_or_without_output_suffix(tmp_path, rng):
+    prefix, x, want = checkpoint(seq(nn.Conv2D(4, 3, use_bias=False), nn.BatchNorm()), (1, 3, 6, 6),
+                                 tmp_path, rng)
     out = mx.model.load_checkpoint(prefix, 0)[0].list_outputs()[0]
     config = {"input_nodes": ["data"], "output_nodes": [out[:-len("_output")]], "input_shapes": [[1, 3, 6, 6]],
               "output_dir": str(tmp_path / "stats")}
@@ -186,13 +187,13 @@ def test_checkpoint_prefix_and_names_with_or_without_output_suffix(tmp_path):
     np.testing.assert_allclose(evaluate(graph, {"data": x})[graph.outputs[0]], want, rtol=1e-4, atol=1e-5)
 
 
-def test_unknown_op_stays_opaque_and_round_trips(tmp_path):
+def test_unknown_op_stays_opaque_and_round_trips(tmp_path, rng):
     data = mx.sym.var("data")
     conv = mx.sym.Convolution(data, kernel=(1, 1), num_filter=2, name="conv")
     body = mx.sym.LRN(conv, nsize=3, name="lrn")
     head = mx.sym.Activation(body, act_type="relu", name="out")
-    params = {"conv_weight": mx.nd.array(RNG.normal(size=(2, 3, 1, 1))), "conv_bias": mx.nd.array([0.1, -0.2])}
-    x = RNG.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    params = {"conv_weight": mx.nd.array(rng.normal(size=(2, 3, 1, 1))), "conv_bias": mx.nd.array([0.1, -0.2])}
+    x = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
     want = head.bind(mx.cpu(), {"data": mx.nd.array(x), **params}).forward()[0].asnumpy()
     graph = run_default_passes(import_symbol((head, params, {}), ["data"], ["out_output"], [[1, 3, 4, 4]]))
     assert ops_of(graph) == ["Conv2D", "Opaque", "Relu"] and graph.nodes[1].attrs["type"] == "LRN"
@@ -202,15 +203,15 @@ def test_unknown_op_stays_opaque_and_round_trips(tmp_path):
     np.testing.assert_allclose(run_mxnet(exported, {"data": x})[0], want, rtol=1e-5, atol=1e-6)
 
 
-def test_asymmetric_conv_pads_export_an_explicit_pad():
+def test_asymmetric_conv_pads_export_an_explicit_pad(rng):
     graph = Graph()
     graph.add_input("x", (1, 2, 5, 5))
-    graph.add_param("w", RNG.normal(size=(3, 3, 2, 4)).astype(np.float32))
+    graph.add_param("w", rng.normal(size=(3, 3, 2, 4)).astype(np.float32))
     graph.add_node(Node("y", "Conv2D", ["x", "w"], ["y"], {"strides": (2, 2), "pads": (0, 1, 0, 1),
                                                             "layout": "NCHW", "act": "relu6"}))
     graph.outputs = ["y"]
     graph.tensors["y"] = TensorInfo((1, 4, 3, 3))
-    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32) * 4
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32) * 4
     exported = export_symbol(graph)
     assert [n["op"] for n in json.loads(exported[0].tojson())["nodes"] if n["op"] != "null"] == \
         ["Pad", "Convolution", "clip"]
@@ -244,7 +245,8 @@ def test_quantization_ops_encode_to_custom_op_string_attrs():
 # ---------------------------------------------------------------- errors
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
-    prefix, _, _ = checkpoint(seq(nn.Conv2D(4, 3), nn.Dense(3)), (1, 3, 6, 6), tmp_path_factory.mktemp("m"))
+    prefix, _, _ = checkpoint(seq(nn.Conv2D(4, 3), nn.Dense(3)), (1, 3, 6, 6), tmp_path_factory.mktemp("m"),
+                              np.random.default_rng(0))
     return prefix, mx.model.load_checkpoint(prefix, 0)
 
 
@@ -297,14 +299,14 @@ def test_bad_checkpoint_files(small_model, tmp_path):
         import_symbol(str(tmp_path / "bad"), ["data"], ["x"], [[1, 3, 6, 6]])
 
 
-def test_calibration_and_quantized_graphs_export_custom_op_nodes(tmp_path):
+def test_calibration_and_quantized_graphs_export_custom_op_nodes(tmp_path, rng):
     from ratelnn.calibration.stats import TensorStats
     from ratelnn.config import normalize
     from ratelnn.quantization.emit import emit_calibration, emit_qdq
     from ratelnn.quantization.policy import calibration_tensors
     from ratelnn.quantization.quantizer import quantize
     prefix, x, _ = checkpoint(seq(nn.Conv2D(4, 3, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
-                                  nn.Dense(3)), (2, 3, 6, 6), tmp_path)
+                                  nn.Dense(3)), (2, 3, 6, 6), tmp_path, rng)
     out = mx.model.load_checkpoint(prefix, 0)[0].list_outputs()[0][:-len("_output")]
     config = normalize({"input_nodes": ["data"], "output_nodes": [out], "input_shapes": [[2, 3, 6, 6]],
                         "output_dir": str(tmp_path / "stats")}, "mxnet")
@@ -335,17 +337,17 @@ def test_calibration_and_quantized_graphs_export_custom_op_nodes(tmp_path):
     assert quants and all(a["dtype"] in ("int8", "uint8") and float(a["scale"]) > 0 for a in quants)
 
 
-def test_symbol_api_batchnorm_fix_gamma_and_scalar_ops():
+def test_symbol_api_batchnorm_fix_gamma_and_scalar_ops(rng):
     """mx.sym BatchNorm defaults to fix_gamma=True: gamma is ignored (treated as 1)."""
     data = mx.sym.var("data")
     conv = mx.sym.Convolution(data, kernel=(3, 3), num_filter=3, pad=(1, 1), name="conv")
     bn = mx.sym.BatchNorm(conv, name="bn")
     head = mx.sym.Flatten(mx.sym.relu(bn * 0.5 + 1.0, name="act"), name="out")
-    params = {"conv_weight": RNG.normal(size=(3, 2, 3, 3)), "conv_bias": RNG.normal(size=3),
-              "bn_gamma": RNG.uniform(2, 3, 3), "bn_beta": RNG.normal(size=3)}
-    aux = {"bn_moving_mean": RNG.normal(size=3), "bn_moving_var": RNG.uniform(0.5, 2, 3)}
+    params = {"conv_weight": rng.normal(size=(3, 2, 3, 3)), "conv_bias": rng.normal(size=3),
+              "bn_gamma": rng.uniform(2, 3, 3), "bn_beta": rng.normal(size=3)}
+    aux = {"bn_moving_mean": rng.normal(size=3), "bn_moving_var": rng.uniform(0.5, 2, 3)}
     params, aux = ({k: mx.nd.array(v) for k, v in d.items()} for d in (params, aux))
-    x = RNG.standard_normal((2, 2, 5, 5)).astype(np.float32)
+    x = rng.standard_normal((2, 2, 5, 5)).astype(np.float32)
     want = head.bind(mx.cpu(), {"data": mx.nd.array(x), **params}, aux_states=aux).forward()[0].asnumpy()
     graph = run_default_passes(import_symbol((head, params, aux), ["data"], ["out"], [[2, 2, 5, 5]]))
     assert ops_of(graph) == ["Conv2D", "Flatten"] and graph.nodes[0].attrs["act"] == "relu"

@@ -89,3 +89,10 @@ def test_tf_runner_steps_per_feed_and_fetch_names():
     with pytest.raises(ModelError, match="no tensor 'nope'"):
         runner.run({"nope": images}, ["out"])
     runner.close()
+
+
+def test_grappler_optimizes_in_one_round():
+    """The runner's sessions run Grappler's optimizers once, not TensorFlow's default twice."""
+    from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
+    config, _ = tf_session_options(small_graph())
+    assert config.graph_options.rewrite_options.meta_optimizer_iterations == RewriterConfig.ONE

@@ -17,7 +17,6 @@ from ratelnn.ir.evaluate import evaluate  # noqa: E402
 from ratelnn.ir.passes import run_default_passes  # noqa: E402
 
 layers = keras.layers
-RNG = np.random.default_rng(1)
 
 
 def run_graph_def(graph_def, feeds, fetches):
@@ -29,23 +28,23 @@ def run_graph_def(graph_def, feeds, fetches):
         return sess.run([f + ":0" for f in fetches], {k + ":0": v for k, v in feeds.items()})
 
 
-def _randomize_batchnorm(model):
-    """Non-trivial BN statistics so that folding is really exercised."""
+def _randomize_batchnorm(model, rng):
+    """Non-trivial BN statistics (drawn from ``rng``) so that folding is really exercised."""
     for layer in model.layers:
         if isinstance(layer, layers.BatchNormalization):
             gamma, beta, mean, var = layer.get_weights()
             n = gamma.shape
-            layer.set_weights([RNG.uniform(0.5, 1.5, n), RNG.normal(0, 0.3, n), RNG.normal(0, 0.3, n),
-                               RNG.uniform(0.5, 2.0, n)])
+            layer.set_weights([rng.uniform(0.5, 1.5, n), rng.normal(0, 0.3, n), rng.normal(0, 0.3, n),
+                               rng.uniform(0.5, 2.0, n)])
 
 
-def roundtrip(model, batch=2, numpy_evaluator=True):
-    """Freeze, import (+ passes), export and run; check TF (and the numpy evaluator,
-    unless the graph holds Opaque ops) agree with Keras."""
-    _randomize_batchnorm(model)
+def roundtrip(model, rng, batch=2, numpy_evaluator=True):
+    """Freeze, import (+ passes), export and run on inputs drawn from ``rng``; check TF (and the
+    numpy evaluator, unless the graph holds Opaque ops) agree with Keras."""
+    _randomize_batchnorm(model, rng)
     graph_def, ins, outs = freeze_keras(model)
     shapes = [[batch] + list(t.shape[1:]) for t in model.inputs]
-    feeds = {n: RNG.standard_normal(s).astype(np.float32) for n, s in zip(ins, shapes)}
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(ins, shapes)}
     want = model([feeds[n] for n in ins] if len(ins) > 1 else feeds[ins[0]], training=False)
     want = [np.asarray(w) for w in (want if isinstance(want, (list, tuple)) else [want])]
 
@@ -70,23 +69,23 @@ def _model(build, shape=(12, 12, 3)):
     return keras.Model(inp, build(inp))
 
 
-def test_conv_bn_relu_folds_into_one_conv():
+def test_conv_bn_relu_folds_into_one_conv(rng):
     g = roundtrip(_model(lambda x: layers.ReLU()(layers.BatchNormalization()(
-        layers.Conv2D(8, 3, strides=2, padding="same")(x)))))
+        layers.Conv2D(8, 3, strides=2, padding="same")(x)))), rng)
     assert ops_of(g) == ["Conv2D"]
     assert g.nodes[0].attrs["act"] == "relu" and g.nodes[0].attrs["pads"] == (0, 1, 0, 1)
 
 
-def test_depthwise_bn_relu6_folds_into_grouped_conv():
+def test_depthwise_bn_relu6_folds_into_grouped_conv(rng):
     g = roundtrip(_model(lambda x: layers.ReLU(6.0)(layers.BatchNormalization()(
-        layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", use_bias=False)(x)))))
+        layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", use_bias=False)(x)))), rng)
     assert ops_of(g) == ["Conv2D"]
     conv = g.nodes[0]
     assert conv.attrs["groups"] == 3 and conv.attrs["act"] == "relu6"
     assert g.params[conv.inputs[1]].shape == (3, 3, 1, 6)
 
 
-def test_residual_concat_and_pools():
+def test_residual_concat_and_pools(rng):
     def build(x):
         a = layers.Conv2D(4, 3, padding="same", activation="relu")(x)
         b = layers.Conv2D(4, 1)(x)
@@ -96,40 +95,40 @@ def test_residual_concat_and_pools():
         v = layers.AveragePooling2D(2, padding="valid")(c)
         v2 = layers.AveragePooling2D(3, strides=2, padding="same")(c)
         return layers.Concatenate()([m, v, v2])
-    g = roundtrip(_model(build))
+    g = roundtrip(_model(build), rng)
     assert sorted(set(ops_of(g))) == ["Add", "AvgPool", "Concat", "Conv2D", "MaxPool"]
     assert not any(n.op in ("BiasAdd", "Relu", "Identity") for n in g.nodes)
 
 
-def test_gap_dense_softmax():
+def test_gap_dense_softmax(rng):
     g = roundtrip(_model(lambda x: layers.Dense(5, activation="softmax")(
-        layers.GlobalAveragePooling2D()(layers.Conv2D(6, 3)(x)))))
+        layers.GlobalAveragePooling2D()(layers.Conv2D(6, 3)(x)))), rng)
     assert ops_of(g) == ["Conv2D", "Mean", "MatMul", "Softmax"]
     assert g.nodes[1].attrs["axes"] == (1, 2) and g.nodes[1].attrs["keepdims"] is False
 
 
-def test_leaky_sigmoid_tanh_dense_bn():
+def test_leaky_sigmoid_tanh_dense_bn(rng):
     def build(x):
         h = layers.LeakyReLU(0.1)(layers.BatchNormalization()(layers.Dense(7)(x)))
         return layers.Multiply()([layers.Activation("sigmoid")(h), layers.Activation("tanh")(h)])
-    g = roundtrip(_model(build, shape=(9,)))
+    g = roundtrip(_model(build, shape=(9,)), rng)
     assert ops_of(g).count("MatMul") == 1 and "BatchNorm" not in ops_of(g)
     assert g.nodes[0].attrs["act"] == "leaky_relu"
     assert sorted(ops_of(g)[1:]) == ["Mul", "Sigmoid", "Tanh"]
 
 
-def test_zero_padding_flatten_reshape():
+def test_zero_padding_flatten_reshape(rng):
     g = roundtrip(_model(lambda x: layers.Dense(3)(layers.Flatten()(layers.Reshape((15, 13, 3))(
-        layers.Flatten()(layers.ZeroPadding2D(((1, 0), (2, 1)))(x)))))))
+        layers.Flatten()(layers.ZeroPadding2D(((1, 0), (2, 1)))(x)))))), rng)
     assert ops_of(g) == ["Pad", "Reshape", "Reshape", "Reshape", "MatMul"]
     assert g.nodes[0].attrs["pads"] == ((0, 0), (1, 0), (2, 1), (0, 0))
 
 
-def test_unsupported_op_stays_opaque_and_runs():
+def test_unsupported_op_stays_opaque_and_runs(rng):
     def build(x):
         h = layers.Conv2D(4, 3, padding="same")(x)
         return layers.Lambda(lambda t: tf.math.cumsum(t, axis=2))(h) + 1.0
-    g = roundtrip(_model(build), numpy_evaluator=False)
+    g = roundtrip(_model(build), rng, numpy_evaluator=False)
     opaque = [n for n in g.nodes if n.op == "Opaque"]
     assert [n.attrs["type"] for n in opaque] == ["Cumsum"]
     assert opaque[0].inputs[0] == g.nodes[0].outputs[0]
@@ -148,11 +147,11 @@ def test_dynamic_batch_is_specialised():
     assert [d.size for d in placeholder.attr["shape"].shape.dim] == [-1, 12, 12, 3]
 
 
-def test_nchw_conv_and_pool_match_nhwc_tensorflow():
+def test_nchw_conv_and_pool_match_nhwc_tensorflow(rng):
     """TF's CPU kernels are NHWC-only: check the NCHW import with the numpy evaluator
     against TensorFlow running the NHWC equivalent."""
-    w = RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)
-    x = RNG.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
     graph = tf.Graph()
     with graph.as_default():
         inp = tf.compat.v1.placeholder(tf.float32, [None, 3, 9, 9], name="x")
@@ -240,7 +239,7 @@ def ratel_ops():
     ratelnn.tf_init()
 
 
-def test_quant_ops_export_and_reimport(ratel_ops, tmp_path):
+def test_quant_ops_export_and_reimport(ratel_ops, tmp_path, rng):
     from ratelnn.ir import Graph, Node, TensorInfo
     g = Graph()
     g.add_input("x", (2, 3))
@@ -250,7 +249,7 @@ def test_quant_ops_export_and_reimport(ratel_ops, tmp_path):
                                                    "round_mode": "half_away_from_zero"}), [TensorInfo((2, 3), "int8")])
     g.add_node(Node("out", "Dequant", ["q"], ["out"], {"scales": [0.1, 0.2, 0.05], "axis": 1}), info)
     g.outputs = ["out"]
-    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
     graph_def = export_graphdef(g)
     (got,) = run_graph_def(graph_def, {"x": x}, ["out"])
     np.testing.assert_array_equal(got, evaluate(g, {"x": x})["out"])
@@ -260,14 +259,14 @@ def test_quant_ops_export_and_reimport(ratel_ops, tmp_path):
     assert back.nodes[0].attrs["tensor_name"] == "x"
 
 
-def test_freeze_saved_model_two_inputs(tmp_path):
+def test_freeze_saved_model_two_inputs(tmp_path, rng):
     a, b = keras.Input((4,), name="a"), keras.Input((4,), name="b")
     model = keras.Model([a, b], layers.Dense(3, activation="relu")(layers.Add()([a, b])))
     model.export(str(tmp_path / "sm"), verbose=False)
     graph_def, ins, outs = freeze_saved_model(str(tmp_path / "sm"))
     assert sorted(ins) == ["a", "b"] and len(outs) == 1
     g = run_default_passes(import_graphdef(graph_def, ins, outs, [[2, 4], [2, 4]]))
-    feeds = {n: RNG.standard_normal((2, 4)).astype(np.float32) for n in ins}
+    feeds = {n: rng.standard_normal((2, 4)).astype(np.float32) for n in ins}
     (got,) = run_graph_def(export_graphdef(g), feeds, outs)
     np.testing.assert_allclose(got, np.asarray(model([feeds["a"], feeds["b"]])), rtol=1e-5, atol=1e-6)
     with pytest.raises(ModelError, match="no signature 'nope'"):

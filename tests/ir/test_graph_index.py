@@ -241,3 +241,28 @@ def test_default_passes_do_linear_work_in_the_node_count():
     assert [n.op for n in g.nodes] == ["Conv2D"] * 3   # everything folded into the convolutions
     # 4x the nodes: linear work is ~4x, a scan per node would be ~16x
     assert large / small < 5.5, (small, large)
+
+
+def test_prune_keeps_what_an_output_depends_on_and_the_inputs():
+    """prune drops the nodes, params, tensor infos and qparams no output depends on; the
+    graph inputs keep their infos even when unread; names are shared objects (interned)."""
+    from ratelnn.ir import QParams
+    g = Graph()
+    g.add_input("x", (2,))
+    g.add_input("unused", (2,))
+    for name in ("w", "dead_w", "folded"):
+        g.add_param(name, np.ones(2, np.float32))
+    written, read = "".join(["m", "ul"]), "".join(["mu", "l"])   # equal names, two objects
+    g.add_node(Node("mul", "Mul", ["x", "w"], [written]), [TensorInfo((2,))])
+    g.add_node(Node("side", "Mul", ["x", "dead_w"], ["side"]), [TensorInfo((2,))])
+    g.add_node(Node("after_side", "Relu", ["side"], ["after_side"]), [TensorInfo((2,))])
+    g.add_node(Node("out", "Relu", [read], ["out"]), [TensorInfo((2,))])
+    g.tensors["stale_info"] = TensorInfo((3,))
+    g.qparams.update({t: QParams("int8", 0.1) for t in ("mul", "side", "stale_info")})
+    g.outputs = ["out"]
+    g.prune()
+    assert [n.name for n in g.nodes] == ["mul", "out"]
+    assert sorted(g.params) == ["w"]
+    assert sorted(g.tensors) == ["mul", "out", "unused", "w", "x"]
+    assert sorted(g.qparams) == ["mul"]
+    assert written is not read and g.nodes[0].outputs[0] is g.nodes[1].inputs[0]

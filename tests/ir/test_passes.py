@@ -9,13 +9,12 @@ from ratelnn.ir.passes import (fold_batchnorm, fold_constants, fuse_bias_activat
                                run_default_passes)
 from ratelnn.ir import arith
 
-RNG = np.random.default_rng(0)
 # the numpy evaluator only; 'tensorflow' is an Opaque node's attribute (tests/conftest.py)
 pytestmark = pytest.mark.no_tf_math
 
 
-def _rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
 
 
 def _conv_loops(x, w, strides, dilations, pads, groups):
@@ -55,10 +54,10 @@ def _single_op_graph(op, x_shape, attrs, params=()):
     (2, (2, 1), (1, 2), (0, 2, 1, 0)),
     (4, (2, 2), (1, 1), (1, 2, 1, 2)),  # depthwise: groups == Cin
 ])
-def test_conv2d_matches_direct_loops(layout, groups, strides, dilations, pads):
-    x = _rand(2, 7, 6, 4)
-    w = _rand(3, 2, 4 // groups, 8)
-    b = _rand(8)
+def test_conv2d_matches_direct_loops(layout, groups, strides, dilations, pads, rng):
+    x = _rand(rng, 2, 7, 6, 4)
+    w = _rand(rng, 3, 2, 4 // groups, 8)
+    b = _rand(rng, 8)
     attrs = {"strides": strides, "dilations": dilations, "pads": pads, "groups": groups,
              "layout": layout, "act": "relu6"}
     feed = x.transpose(0, 3, 1, 2) if layout == "NCHW" else x
@@ -69,8 +68,8 @@ def test_conv2d_matches_direct_loops(layout, groups, strides, dilations, pads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_pools_ignore_padding_cells():
-    x = _rand(1, 4, 4, 2) - 5.0  # all negative: a zero padding cell must never win the max
+def test_pools_ignore_padding_cells(rng):
+    x = _rand(rng, 1, 4, 4, 2) - 5.0  # all negative: a zero padding cell must never win the max
     attrs = {"ksize": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "layout": "NHWC"}
     mx = evaluate(_single_op_graph("MaxPool", x.shape, attrs), {"x": x})["y"]
     assert mx[0, 0, 0, 0] == x[0, :2, :2, 0].max()
@@ -80,8 +79,8 @@ def test_pools_ignore_padding_cells():
     np.testing.assert_allclose(avg_incl[0, 0, 0], x[0, :2, :2].sum(axis=(0, 1)) / 9, rtol=1e-6)
 
 
-def test_quant_dequant_follow_reference_arithmetic_and_opaque_is_refused():
-    x = _rand(2, 3, 4)
+def test_quant_dequant_follow_reference_arithmetic_and_opaque_is_refused(rng):
+    x = _rand(rng, 2, 3, 4)
     q = evaluate(_single_op_graph("Quant", x.shape, {"dtype": "int8", "scales": [0.01, 0.02, 0.03, 0.04],
                                                       "axis": -1}), {"x": x})["y"]
     np.testing.assert_array_equal(q, arith.quantize(x, [0.01, 0.02, 0.03, 0.04], "int8", -1))
@@ -92,16 +91,16 @@ def test_quant_dequant_follow_reference_arithmetic_and_opaque_is_refused():
         evaluate(opaque, {"x": x})
 
 
-def _conv_bn_relu_graph(layout="NHWC"):
+def _conv_bn_relu_graph(rng, layout="NHWC"):
     """x -> Conv2D -> Identity -> BatchNorm -> Relu -> Identity(named 'out')."""
     g = Graph()
     shape = (1, 5, 5, 3) if layout == "NHWC" else (1, 3, 5, 5)
     out_shape = (1, 5, 5, 4) if layout == "NHWC" else (1, 4, 5, 5)
     g.add_input("x", shape)
-    g.add_param("w", _rand(3, 3, 3, 4))
+    g.add_param("w", _rand(rng, 3, 3, 3, 4))
     for name in ("gamma", "beta", "mean"):
-        g.add_param(name, _rand(4))
-    g.add_param("var", np.abs(_rand(4)) + 0.1)
+        g.add_param(name, _rand(rng, 4))
+    g.add_param("var", np.abs(_rand(rng, 4)) + 0.1)
     info = [TensorInfo(out_shape)]
     g.add_node(Node("conv", "Conv2D", ["x", "w"], ["conv"],
                     {"strides": (1, 1), "pads": (1, 1, 1, 1), "layout": layout, "act": "none"}), info)
@@ -115,9 +114,9 @@ def _conv_bn_relu_graph(layout="NHWC"):
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_default_passes_fold_conv_bn_relu_into_one_node(layout):
-    g = _conv_bn_relu_graph(layout)
-    x = _rand(*g.shape("x"))
+def test_default_passes_fold_conv_bn_relu_into_one_node(layout, rng):
+    g = _conv_bn_relu_graph(rng, layout)
+    x = _rand(rng, *g.shape("x"))
     want = evaluate(g, {"x": x})["out"]
     run_default_passes(g)
     assert [n.op for n in g.nodes] == ["Conv2D"]
@@ -127,23 +126,23 @@ def test_default_passes_fold_conv_bn_relu_into_one_node(layout):
     np.testing.assert_allclose(evaluate(g, {"x": x})["out"], want, rtol=1e-5, atol=1e-5)
 
 
-def test_batchnorm_without_conv_becomes_mul_add():
+def test_batchnorm_without_conv_becomes_mul_add(rng):
     g = _single_op_graph("BatchNorm", (2, 3, 4, 4), {"eps": 1e-3, "axis": 1},
-                         [_rand(3), _rand(3), _rand(3), np.abs(_rand(3)) + 0.5])
+                         [_rand(rng, 3), _rand(rng, 3), _rand(rng, 3), np.abs(_rand(rng, 3)) + 0.5])
     g.tensors["y"] = TensorInfo((2, 3, 4, 4))
-    x = _rand(2, 3, 4, 4)
+    x = _rand(rng, 2, 3, 4, 4)
     want = evaluate(g, {"x": x})["y"]
     fold_batchnorm(g)
     assert [n.op for n in g.nodes] == ["Mul", "Add"] and g.nodes[-1].outputs == ["y"]
     np.testing.assert_allclose(evaluate(g, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
 
 
-def _dense_graph(transpose_b=False):
+def _dense_graph(rng, transpose_b=False):
     """MatMul -> BiasAdd -> Mul(per-channel) -> Sub(per-channel) -> LeakyRelu, Keras-3 style."""
     g = Graph()
     g.add_input("x", (2, 6))
-    w = _rand(5, 6) if transpose_b else _rand(6, 5)
-    for name, value in (("w", w), ("b", _rand(5)), ("s", _rand(1, 5)), ("t", _rand(5))):
+    w = _rand(rng, 5, 6) if transpose_b else _rand(rng, 6, 5)
+    for name, value in (("w", w), ("b", _rand(rng, 5)), ("s", _rand(rng, 1, 5)), ("t", _rand(rng, 5))):
         g.add_param(name, value)
     info = [TensorInfo((2, 5))]
     g.add_node(Node("mm", "MatMul", ["x", "w"], ["mm"], {"transpose_b": transpose_b}), info)
@@ -156,9 +155,9 @@ def _dense_graph(transpose_b=False):
 
 
 @pytest.mark.parametrize("transpose_b", [False, True])
-def test_decomposed_batchnorm_after_matmul_is_folded(transpose_b):
-    g = _dense_graph(transpose_b)
-    x = _rand(2, 6)
+def test_decomposed_batchnorm_after_matmul_is_folded(transpose_b, rng):
+    g = _dense_graph(rng, transpose_b)
+    x = _rand(rng, 2, 6)
     want = evaluate(g, {"x": x})["act"]
     run_default_passes(g)
     assert [n.op for n in g.nodes] == ["MatMul"]
@@ -166,10 +165,10 @@ def test_decomposed_batchnorm_after_matmul_is_folded(transpose_b):
     np.testing.assert_allclose(evaluate(g, {"x": x})["act"], want, rtol=1e-5, atol=1e-5)
 
 
-def test_no_folding_when_conv_output_has_another_reader_or_is_an_output():
-    g = _dense_graph()
+def test_no_folding_when_conv_output_has_another_reader_or_is_an_output(rng):
+    g = _dense_graph(rng)
     g.outputs = ["act", "ba"]  # the biased matmul output must stay observable
-    x = _rand(2, 6)
+    x = _rand(rng, 2, 6)
     want = evaluate(g, {"x": x})
     run_default_passes(g)
     assert [n.op for n in g.nodes] == ["MatMul", "Mul", "Sub", "LeakyRelu"]
@@ -202,11 +201,11 @@ def test_identity_of_graph_input_is_kept_as_output():
     assert [n.op for n in g.nodes] == ["Identity"] and g.outputs == ["y"]
 
 
-def test_fuse_bias_activation_only_fuses_into_unfused_conv():
-    g = _conv_bn_relu_graph()
+def test_fuse_bias_activation_only_fuses_into_unfused_conv(rng):
+    g = _conv_bn_relu_graph(rng)
     g.add_node(Node("relu2", "Relu6", ["out"], ["relu2"]), [TensorInfo((1, 5, 5, 4))])
     g.outputs = ["relu2"]
-    x = _rand(1, 5, 5, 3)
+    x = _rand(rng, 1, 5, 5, 3)
     want = evaluate(g, {"x": x})["relu2"]
     run_default_passes(g)
     assert [n.op for n in g.nodes] == ["Conv2D", "Relu6"]

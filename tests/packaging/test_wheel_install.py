@@ -25,6 +25,7 @@ def _run(command, env=None, **kwargs):
     return proc
 
 
+@pytest.mark.run_once   # the install and the op build are the same with oneDNN's rewrites off
 @pytest.mark.timeout(1500)
 def test_wheel_installs_into_an_empty_venv_and_runs_the_quickstart(tmp_path):
     wheels = tmp_path / "wheels"

@@ -17,29 +17,27 @@ from ratelnn.npu.batching import batch_slots, plan_batches  # noqa: E402
 from ratelnn.npu.device import ENV_DEVICES, target_device  # noqa: E402
 from ratelnn.profile import model_engine_sets  # noqa: E402
 
-RNG = np.random.default_rng(5)
-
-
-def _conv_model():
-    """x [N,3,12,12] -> Conv 3x3 (8) -> Relu -> GlobalAveragePool -> Flatten -> Gemm (4): y [N,4]."""
+def _conv_model(rng):
+    """x [N,3,12,12] -> Conv 3x3 (8) -> Relu -> GlobalAveragePool -> Flatten -> Gemm (4): y [N,4];
+    weights drawn from ``rng``."""
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("GlobalAveragePool", ["r"], ["g"]),
              helper.make_node("Flatten", ["g"], ["f"]),
              helper.make_node("Gemm", ["f", "wd", "bd"], ["y"])]
-    inits = {"w": RNG.normal(size=(8, 3, 3, 3)) * 0.3, "b": RNG.normal(size=8) * 0.1,
-             "wd": RNG.normal(size=(8, 4)) * 0.3, "bd": np.zeros(4)}
+    inits = {"w": rng.normal(size=(8, 3, 3, 3)) * 0.3, "b": rng.normal(size=8) * 0.1,
+             "wd": rng.normal(size=(8, 4)) * 0.3, "bd": np.zeros(4)}
     graph = helper.make_graph(nodes, "timed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 12, 12])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
                               [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _compiled(tmp_path, **config):
+def _compiled(tmp_path, rng, **config):
     cfg = {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[2, 3, 12, 12]],
            "output_dir": str(tmp_path / "stats"), "model_name": "onnxtimed", **config}
-    conv = converter(_conv_model(), cfg)
-    conv.calibrate(RNG.uniform(size=(8, 3, 12, 12)).astype(np.float32), batch_size=2, progress=False)
+    conv = converter(_conv_model(rng), cfg)
+    conv.calibrate(rng.uniform(size=(8, 3, 12, 12)).astype(np.float32), batch_size=2, progress=False)
     return conv.to_npu()
 
 
@@ -62,12 +60,12 @@ def no_devices_env(monkeypatch):
 
 
 @pytest.mark.parametrize("static_batch_sizes", [[], [1, 2, 4]])
-def test_onnx_engine_runs_record_the_predicted_device_time(tmp_path, no_devices_env, static_batch_sizes):
-    compiled = _compiled(tmp_path, static_batch_sizes=static_batch_sizes)
+def test_onnx_engine_runs_record_the_predicted_device_time(tmp_path, rng, no_devices_env, static_batch_sizes):
+    compiled = _compiled(tmp_path, rng, static_batch_sizes=static_batch_sizes)
     sets = dict(model_engine_sets(compiled))
     assert sets and all(name.startswith("onnxtimed_engine_") for name in sets)
     session = ratelnn.onnx_session(compiled)
-    x = RNG.uniform(size=(5, 3, 12, 12)).astype(np.float32)
+    x = rng.uniform(size=(5, 3, 12, 12)).astype(np.float32)
     npu.reset_device_time()
     session.run(["y"], {"x": x[:3]})
     first = npu.device_times()
