@@ -19,7 +19,7 @@ place after a first run keeps running as it was; pass a new object (or call
 from __future__ import annotations
 
 import collections
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -71,6 +71,20 @@ def tf_session_options(graph_def: Any, intra_op_threads: int = 0, inter_op_threa
     return config, tf.compat.v1.RunOptions(inter_op_thread_pool=-1)
 
 
+def static_dims(shape: Any) -> Optional[Tuple[Optional[int], ...]]:
+    """A ``tf.TensorShape`` as a tuple of dims (None where unknown), or None for an unknown rank."""
+    return None if shape.rank is None else tuple(shape.as_list())
+
+
+def fits(shape: Tuple[int, ...], dims: Optional[Tuple[Optional[int], ...]]) -> bool:
+    """Whether an array of ``shape`` may feed a tensor of :func:`static_dims` ``dims`` (checked
+    in plain Python: ``TensorShape.is_compatible_with`` costs more than the rest of a call's
+    Python)."""
+    if dims is None:
+        return True
+    return len(shape) == len(dims) and all(d is None or d == n for d, n in zip(dims, shape))
+
+
 class SessionCallable:
     """One step of a ``tf.compat.v1.Session`` prepared once: ``call(*arrays)`` feeds ``arrays``
     (one per feed tensor, in order) and returns the fetched arrays (a list).
@@ -86,7 +100,7 @@ class SessionCallable:
         tf = import_tensorflow()
         self.feeds, self.fetches = list(feeds), list(fetches)
         self._dtypes = [t.dtype.as_numpy_dtype for t in self.feeds]
-        self._shapes = [t.shape for t in self.feeds]
+        self._shapes = [static_dims(t.shape) for t in self.feeds]
         make = getattr(session, "_make_callable_from_options", None)
         if make is None:
             self.how = ("Session.run: this TensorFlow's Session has no _make_callable_from_options "
@@ -111,8 +125,8 @@ class SessionCallable:
                 value = np.asarray(value, dtype=dtype)
             except (TypeError, ValueError) as e:
                 raise ModelError(f"cannot feed {tensor.name} ({np.dtype(dtype).name}): {e}") from None
-            if not shape.is_compatible_with(value.shape):
-                raise ModelError(f"cannot feed an array of shape {value.shape} to {tensor.name} of shape {shape}")
+            if value.shape != shape and not fits(value.shape, shape):
+                raise ModelError(f"cannot feed an array of shape {value.shape} to {tensor.name} of shape {tensor.shape}")
             cast.append(value)
         return list(self._call(*cast))
 

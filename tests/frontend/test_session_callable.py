@@ -56,8 +56,20 @@ def test_wrong_feeds_raise_clear_errors():
         step(np.zeros((1, 8, 8, 3), np.float32), np.zeros(1))
     with pytest.raises(ModelError, match=r"cannot feed an array of shape \(1, 8, 7, 3\) to x:0 of shape \(None, 8, 8, 3\)"):
         step(np.zeros((1, 8, 7, 3), np.float32))
+    with pytest.raises(ModelError, match=r"cannot feed an array of shape \(8, 8, 3\) to x:0"):
+        step(np.zeros((8, 8, 3), np.float32))
     with pytest.raises(ModelError, match=r"cannot feed x:0 \(float32\): could not convert string to float"):
         step(np.full((1, 8, 8, 3), "a"))
+
+
+def test_a_feed_of_unknown_rank_takes_any_shape():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, None, name="x")
+        out = tf.reduce_sum(x, name="out")
+    step = session_callable(tf.compat.v1.Session(graph=g), [out], [x])
+    for shape in ((), (3,), (2, 3, 4)):
+        assert step(np.ones(shape))[0] == np.prod(shape)
 
 
 class RunOnly:
