@@ -205,14 +205,21 @@ def orientation_data() -> Tuple[np.ndarray, np.ndarray]:
     """Page orientation (0/90/180/270): calibration = 8 rendered document pages (even
     sentences, calibration photos as figures); evaluation = scikit-image's ``page`` and
     ``text`` and 6 rendered document pages (odd sentences, test photos); each page turned
-    four ways, its four turns side by side (so the last quarter of the calibration inputs,
-    the default build's held-out part, holds whole pages the rest does not)."""
+    four ways.  Calibration inputs are ordered so that the rows the default build holds out
+    (ratelnn's held-out rule, every 4th row) are the four turns of the last two pages, which
+    the other rows do not show in any turn; evaluation inputs keep each page's turns side by
+    side."""
+    from ratelnn.calibration.split import split_rows
+
     def turned(images):
         return np.stack([orientation_input(np.ascontiguousarray(np.rot90(x, k))) for x in images for k in range(4)])
-    cal = document_pages(8, PAGE_SHAPE, PHOTOS_CAL, seed=3, part=0)
+    cal = turned(document_pages(8, PAGE_SHAPE, PHOTOS_CAL, seed=3, part=0))
+    fit, held = split_rows(len(cal))
+    ordered = np.empty_like(cal)
+    ordered[fit], ordered[held] = cal[:len(fit)], cal[len(fit):]
     test = [bgr(photo(n)) for n in ("page", "text")] + list(document_pages(6, PAGE_SHAPE, PHOTOS_TEST_PLAIN, seed=13,
                                                                              part=1))
-    return turned(cal), turned(test)
+    return ordered, turned(test)
 
 
 def models() -> List[PretrainedONNX]:
