@@ -18,6 +18,7 @@ place after a first run keeps running as it was; pass a new object (or call
 """
 from __future__ import annotations
 
+import atexit
 import collections
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -262,6 +263,12 @@ def clear_cache() -> None:
     while _cache:
         _, (_, runner) = _cache.popitem()
         runner.close()
+
+
+# At interpreter exit the cached sessions are closed while TensorFlow is still whole: left to
+# the final clean-up, a prepared step's release finds TensorFlow's C API module already gone
+# and prints an ignored AttributeError.
+atexit.register(clear_cache)
 
 
 def run_model(framework: str, model: Any, feeds: Mapping[str, np.ndarray],

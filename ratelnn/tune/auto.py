@@ -316,11 +316,14 @@ class _Remedies:
     def refine(self, qgraph: Graph, before: float, n_held: int) -> Tuple[Graph, AutoDecision]:
         """The bound met: the remedies that cost no latency (the other threshold methods, then
         empirical bias correction), each kept only when it clearly raises the held-out figure
-        (:func:`clearly_better`)."""
+        (:func:`clearly_better`); a key the user's config sets (``QuantConfig.given``) is left
+        as set, since the build meets the bound with it."""
         best, config = (before, {}, qgraph), self.conv.config
-        for method in (m for m in AUTO_METHODS if m != config["quantize_algorithm"]):
+        given = getattr(config, "given", set())
+        methods = () if "quantize_algorithm" in given else AUTO_METHODS
+        for method in (m for m in methods if m != config["quantize_algorithm"]):
             best = self.keep(best, dict(best[1], quantize_algorithm=method), clear=True)
-        if config["bias_correction"] == "none":
+        if config["bias_correction"] == "none" and "bias_correction" not in given:
             best = self.keep(best, dict(best[1], bias_correction="empirical"), clear=True)
         cosine, settings, q = best
         note = "clearly better on the held-out samples" if settings else "plain build kept"

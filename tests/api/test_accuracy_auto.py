@@ -140,6 +140,22 @@ def test_model_meeting_the_bound_takes_a_clearly_better_method(tmp_path):
     assert unseen_cosine(npu) > unseen_cosine(plain) >= 0.99
 
 
+def test_a_method_the_config_sets_is_kept_when_it_meets_the_bound(tmp_path):
+    """The graph of the test above, with the method written in the user's config (the
+    default's own name, as a config file may spell it out): the plain build meets the bound,
+    so the check keeps the user's method, and bias correction that the config sets to none."""
+    ratelnn.tf_init()
+    config = {"input_nodes": ["x"], "output_nodes": ["prob"], "input_shapes": [[4, 8, 8, 3]],
+              "output_dir": str(tmp_path / "explicit"), "bias_correction": "none"}
+    config["quantize_algorithm"] = ratelnn.config.DEFAULTS["quantize_algorithm"]
+    conv = converter(small_graph_def(), config)
+    conv.calibrate(np.random.default_rng(0).uniform(0, 1, (32, 8, 8, 3)).astype(np.float32), progress=False)
+    conv.to_npu()
+    decision = conv.accuracy_auto
+    assert decision.cosine_before >= 0.99 and decision.settings == {}
+    assert decision.cosine_after == decision.cosine_before
+
+
 def test_latency_budget_bounds_the_int16_remedy(tmp_path):
     """With the budget at the all-int8 latency no layer may move to int16; a budget below it is
     a ConfigError naming the key."""
