@@ -135,8 +135,6 @@ class QuantConfig(dict):
     """Configuration of a converter: a dict with defaults (docs/architecture.md §3).
 
     ``QuantConfig("tensorflow")`` starts from the defaults; keys are then set like a dict.
-    ``given`` holds the keys set on it (the user's choices, which the default build's check
-    leaves as they are when they meet its bound; docs/quantization.md "Automatic defaults").
     """
 
     def __init__(self, frontend: str = "tensorflow", version: Optional[str] = None, **values: Any):
@@ -145,20 +143,7 @@ class QuantConfig(dict):
         super().__init__(copy.deepcopy(DEFAULTS))
         self.frontend = frontend
         self.version = version
-        self.given: set = set()
         self.update(values)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(key, value)
-        self.__dict__.setdefault("given", set()).add(key)   # unpickling sets items before the state
-
-    def update(self, *args: Any, **values: Any) -> None:
-        for key, value in dict(*args, **values).items():
-            self[key] = value
-
-    def __reduce__(self):
-        """Copies and pickles keep ``given`` as it is (not every key the copy sets)."""
-        return _restored_config, (self.frontend, self.version, dict(self), set(self.given))
 
     @classmethod
     def from_file(cls, path, frontend: str = "tensorflow") -> "QuantConfig":
@@ -187,14 +172,6 @@ class QuantConfig(dict):
         return base
 
 
-def _restored_config(frontend: str, version: Optional[str], items: Dict[str, Any], given: set) -> QuantConfig:
-    """The QuantConfig a copy or an unpickling of one gives (:meth:`QuantConfig.__reduce__`)."""
-    config = QuantConfig.__new__(QuantConfig)
-    dict.update(config, items)
-    config.frontend, config.version, config.given = frontend, version, given
-    return config
-
-
 def set_dotted(cfg: Dict[str, Any], dotted_key: str, value: Any) -> None:
     """Set ``cfg['a']['b'] = value`` for ``dotted_key='a.b'`` (command-line overrides)."""
     parts = dotted_key.split(".")
@@ -218,7 +195,6 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     flat, unknown_sections = resolve(config, DEFAULTS)   # docs/architecture.md §14
     flat, without_effect = resolve_ascend(flat, DEFAULTS)
     cfg.update(flat)
-    given = set(config.given) if isinstance(config, QuantConfig) else set(flat)
     for key in REQUIRED:
         if cfg.get(key) in (None, "", []):
             raise ConfigError(f"config key {key!r} is required")
@@ -271,7 +247,6 @@ def normalize(config: Mapping[str, Any], frontend: str) -> QuantConfig:
     unknown = sorted(set(cfg) - set(DEFAULTS)) + _unknown_quant_cfg(cfg["quant_cfg"]) + unknown_sections
     _warn_ignored([k for k in unknown if k not in PULSAR2_IGNORED],
                   without_effect + [f"{k}: {PULSAR2_IGNORED[k]}" for k in unknown if k in PULSAR2_IGNORED])
-    cfg.given = given
     return cfg
 
 

@@ -7,10 +7,8 @@ against the float IR on the held-out part of the kept calibration sample
 (:func:`~ratelnn.tune.holdout.split_sample`: every 4th sample, the rule ``tune()`` splits its
 data by): the lowest cosine over the outputs (:func:`~ratelnn.metrics.cosine.lowest_cosine`, the
 figure ``tune()`` judges by: a small output that loses is not hidden by a large one that keeps
-its values).  At or above ``accuracy_auto_cosine`` only the remedies that cost no latency
-are tried (the other threshold methods, then empirical bias correction: four builds at most),
-each kept only when it leaves at most :data:`CLEAR_ERROR_SHARE` of the held-out error
-(1 - cosine; :func:`clearly_better`), else the plain build is kept.
+its values).  At or above ``accuracy_auto_cosine`` the plain
+build is kept (one check, no search).
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
 
@@ -52,7 +50,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -85,7 +82,6 @@ AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own met
 EQUALIZED_DIR = os.path.join("auto", "equalization")   # under output_dir: the equalized graph's statistics
 LOG = logging.getLogger("ratelnn.accuracy_auto")
 MAX_LINE_KEYS = 240   # characters of the decision's keys the line shows; longer: named, not shown
-CLEAR_ERROR_SHARE = 0.75   # bound met: a remedy is kept when it leaves at most this share of the error
 NOT_BUILT, OVER_LIMIT = "not built", "over the latency limit"   # why a candidate has no cosine
 
 
@@ -184,12 +180,11 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
                                     f"not checked: the float outputs on the held-out samples are all below one "
                                     f"quantization step of the outputs ({step:.3g}): their cosine says nothing; "
                                     "plain build kept")
+    if before >= bound:
+        return qgraph, AutoDecision(before, before, {}, 1.0, n_held, bound, "plain build kept")
     with warnings.catch_warnings():   # every method on every tensor: no warning per try
         warnings.simplefilter("ignore")
-        remedies = _Remedies(conv, stats, sample, reference, bound)
-        if before >= bound:
-            return remedies.refine(qgraph, before, n_held)
-        return remedies.run(qgraph, before, n_held)
+        return _Remedies(conv, stats, sample, reference, bound).run(qgraph, before, n_held)
 
 
 def below_one_step(qgraph: Graph, reference) -> Optional[float]:
@@ -216,18 +211,8 @@ class _Remedies:
         self.bases = {bool(conv.config["equalization"]): (conv, stats)}
         all_int8 = dict(conv.config, auto_int16=False)
         self.baseline_quantized = set(make_plan(conv.graph, all_int8).quantized_nodes)
-        self.all_int8 = all_int8
-
-    @functools.cached_property
-    def baseline(self) -> Optional[float]:
-        """Predicted seconds of the all-int8 model (None: no engine)."""
-        return self.latency(self.conv.quantize(self.bases[bool(self.conv.config["equalization"])][1], self.all_int8),
-                            self.conv.config)
-
-    @functools.cached_property
-    def limit(self) -> Optional[float]:
-        """The remedies' latency budget, seconds (None: not priced)."""
-        return None if self.baseline is None else self.baseline * float(self.conv.config["accuracy_auto_latency_ratio"])
+        self.baseline = self.latency(conv.quantize(stats, all_int8), conv.config)
+        self.limit = None if self.baseline is None else self.baseline * float(conv.config["accuracy_auto_latency_ratio"])
 
     def converter(self, settings: Mapping[str, Any]):
         """(converter of ``settings``, the statistics it quantizes from)."""
@@ -313,29 +298,11 @@ class _Remedies:
             return dict(settings, bias_correction="empirical")
         return None
 
-    def refine(self, qgraph: Graph, before: float, n_held: int) -> Tuple[Graph, AutoDecision]:
-        """The bound met: the remedies that cost no latency (the other threshold methods, then
-        empirical bias correction), each kept only when it clearly raises the held-out figure
-        (:func:`clearly_better`); a key the user's config sets (``QuantConfig.given``) is left
-        as set, since the build meets the bound with it."""
-        best, config = (before, {}, qgraph), self.conv.config
-        given = getattr(config, "given", set())
-        methods = () if "quantize_algorithm" in given else AUTO_METHODS
-        for method in (m for m in methods if m != config["quantize_algorithm"]):
-            best = self.keep(best, dict(best[1], quantize_algorithm=method), clear=True)
-        if config["bias_correction"] == "none" and "bias_correction" not in given:
-            best = self.keep(best, dict(best[1], bias_correction="empirical"), clear=True)
-        cosine, settings, q = best
-        note = "clearly better on the held-out samples" if settings else "plain build kept"
-        return q, AutoDecision(before, cosine, settings, 1.0, n_held, self.bound, note)
-
-    def keep(self, best, settings, limited: bool = False, clear: bool = False):
+    def keep(self, best, settings, limited: bool = False):
         """(cosine, settings, quantized IR) of ``settings`` (:meth:`judge`) when it beats
-        ``best`` (``clear``: :func:`clearly_better`), else ``best``."""
+        ``best``, else ``best``."""
         cosine, q, _ = self.judge(settings, limited)
-        if cosine is None or cosine <= best[0] + MIN_GAIN or (clear and not clearly_better(cosine, best[0])):
-            return best
-        return cosine, settings, q
+        return (cosine, settings, q) if cosine is not None and cosine > best[0] + MIN_GAIN else best
 
     def equalized(self) -> bool:
         """Whether the equalized float graph differs from the original and was calibrated on
@@ -460,12 +427,6 @@ class _Remedies:
         if NOT_BUILT in missed:
             return found[0], f"bound {self.bound:g} not met: {missed[NOT_BUILT]} layer(s) {NOT_BUILT}"
         return found[0], f"bound {self.bound:g} not met"
-
-
-def clearly_better(cosine: float, than: float) -> bool:
-    """Whether ``cosine`` leaves at most :data:`CLEAR_ERROR_SHARE` of the error (1 - cosine)
-    of ``than``: the margin a remedy needs to replace a build that meets the bound."""
-    return 1.0 - cosine <= CLEAR_ERROR_SHARE * (1.0 - than)
 
 
 def report(decision: AutoDecision) -> None:

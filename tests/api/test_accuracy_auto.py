@@ -3,8 +3,7 @@ it remedies the loss within the latency budget (equalization, before any int16),
 line printed once, records the decision (converter, IR meta, the exported GraphDef, the config
 the CLI writes), and the decision's keys
 with ``accuracy_auto`` off rebuild the same engines without calibrating; ``accuracy_auto=False``
-is plain int8; a model meeting the bound takes a threshold method only when it is clearly
-better; on a trained model
+is plain int8; a model already good keeps its plain build after one check; on a trained model
 whose loss neither another method nor int16 wins back, the least precise layer kept in fp32
 does, and its recorded decision rebuilds the same engines; on a trained model with every
 anchor in int16, the int8 choices judged again take the bias correction the int8 model did not."""
@@ -20,7 +19,6 @@ import ratelnn
 from ratelnn.frontend.tensorflow import converter, recorded_meta
 from ratelnn.metrics import output_cosines
 from ratelnn.runners import run_model
-from ratelnn.tune.auto import CLEAR_ERROR_SHARE
 from ratelnn.tune.holdout import HELD_OUT_EVERY
 from helpers.int8_loss import SHAPE, depthwise_loss_graph, two_head_digits, wide_input_digits
 from helpers.stats import small_graph_def
@@ -113,47 +111,20 @@ def test_auto_off_is_plain_int8(builds):
     assert "accuracy_auto" not in conv.quantized_ir().meta
 
 
-def test_model_meeting_the_bound_takes_a_clearly_better_method(tmp_path):
-    """A small convolutional graph whose plain int8 build already meets the bound: the
-    remedies that cost no latency are still tried, and a threshold method that leaves a
-    fraction of the held-out error is kept; on unseen inputs it is closer to FP32 than the
-    plain build, at the same predicted latency."""
+def test_good_model_keeps_plain_build_after_one_check(tmp_path):
+    """A small convolutional graph int8 already reproduces: checked once, nothing changed."""
     ratelnn.tf_init()
     graph_def = small_graph_def()
     config = {"input_nodes": ["x"], "output_nodes": ["prob"], "input_shapes": [[4, 8, 8, 3]],
               "output_dir": str(tmp_path / "auto")}
     data = np.random.default_rng(0).uniform(0, 1, (32, 8, 8, 3)).astype(np.float32)
-    unseen = np.random.default_rng(5).uniform(0, 1, (32, 8, 8, 3)).astype(np.float32)
     conv = converter(graph_def, config)
     conv.calibrate(data, progress=False)
     npu = conv.to_npu()
     decision = conv.accuracy_auto
-    assert 0.99 <= decision.cosine_before < decision.cosine_after
-    assert 1 - decision.cosine_after <= CLEAR_ERROR_SHARE * (1 - decision.cosine_before)
-    assert set(decision.settings) == {"quantize_algorithm"} and decision.latency_ratio == 1.0
+    assert decision.cosine_before >= 0.99 and decision.settings == {} and "kept" in decision.note
     plain = converter(graph_def, dict(config, accuracy_auto=False)).to_npu()
-
-    def unseen_cosine(model) -> float:
-        run = lambda g: np.concatenate([run_model("tensorflow", g, {"x": unseen[i:i + 4]}, ["prob"])[0]
-                                        for i in range(0, len(unseen), 4)])
-        return output_cosines([run(model)], [run(graph_def)])[0]
-    assert unseen_cosine(npu) > unseen_cosine(plain) >= 0.99
-
-
-def test_a_method_the_config_sets_is_kept_when_it_meets_the_bound(tmp_path):
-    """The graph of the test above, with the method written in the user's config (the
-    default's own name, as a config file may spell it out): the plain build meets the bound,
-    so the check keeps the user's method, and bias correction that the config sets to none."""
-    ratelnn.tf_init()
-    config = {"input_nodes": ["x"], "output_nodes": ["prob"], "input_shapes": [[4, 8, 8, 3]],
-              "output_dir": str(tmp_path / "explicit"), "bias_correction": "none"}
-    config["quantize_algorithm"] = ratelnn.config.DEFAULTS["quantize_algorithm"]
-    conv = converter(small_graph_def(), config)
-    conv.calibrate(np.random.default_rng(0).uniform(0, 1, (32, 8, 8, 3)).astype(np.float32), progress=False)
-    conv.to_npu()
-    decision = conv.accuracy_auto
-    assert decision.cosine_before >= 0.99 and decision.settings == {}
-    assert decision.cosine_after == decision.cosine_before
+    assert _engines(npu) == _engines(plain)
 
 
 def test_latency_budget_bounds_the_int16_remedy(tmp_path):
