@@ -202,12 +202,7 @@ class Graph:
 
     def nodes_of(self, ops: Iterable[str]) -> List[Node]:
         """The nodes whose op is one of ``ops``, in graph order (O(k log k) for k of them)."""
-        found: List[Node] = []
-        for op in set(ops):
-            entry = self._index.ops.get(op)
-            if entry is not None:
-                found.extend(entry.values() if type(entry) is dict else (entry,))
-        return self._index.sorted(found)
+        return self._index.nodes_of(ops)
 
     def consumer_map(self) -> Dict[str, List[Node]]:
         m: Dict[str, List[Node]] = defaultdict(list)

@@ -202,11 +202,16 @@ class GraphIndex:
     def in_order(self, entry: Any) -> List[Any]:
         if type(entry) is not dict:
             return [entry]
-        return self.sorted(entry.values())
+        return sorted(entry.values(), key=lambda n: self.seq[id(n)])
 
-    def sorted(self, nodes: Iterable[Any]) -> List[Any]:
-        """Member ``nodes`` in graph order."""
-        return sorted(nodes, key=lambda n: self.seq[id(n)])
+    def nodes_of(self, ops: Iterable[str]) -> List[Any]:
+        """Member nodes whose op is one of ``ops``, in graph order."""
+        found: List[Any] = []
+        for op in set(ops):
+            entry = self.ops.get(op)
+            if entry is not None:
+                found.extend(entry.values() if type(entry) is dict else (entry,))
+        return sorted(found, key=lambda n: self.seq[id(n)])
 
 
 class NodeList(MutableSequence):
