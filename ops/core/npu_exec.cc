@@ -469,7 +469,7 @@ class Runner {
 
   // ---- MAX_POOL (max_pool_rows: on the kernel path) / AVG_POOL (windows clipped to the input
   // unless count_include_pad)
-  static constexpr int64_t kMinParallelPoolCodes = int64_t(1) << 18;  // window reads; fewer: one thread
+  static constexpr int64_t kMinParallelPoolCodes = int64_t(1) << 16;  // window reads; fewer: one thread
   void max_pool(const Instruction& ins) {
     const Attrs& a = ins.attrs;
     Shape xs = shape(ins.inputs[0]), ys = shape(ins.outputs[0]);
