@@ -74,8 +74,11 @@ def random_inputs(view: Engine, batch: int, rng):
     return [random_codes(rng, s, batch) for s in view.inputs]
 
 
-def compare(label: str, steps, rounds: int, calls: int, macs: float = 0.0):
-    """steps[i]: the Runners of library i (run in order as one call).  Prints one line."""
+def compare(label: str, steps, rounds: int, calls: int, macs: float = 0.0, statistic: str = "best"):
+    """steps[i]: the Runners of library i (run in order as one call).  Prints one line: per
+    library the median over rounds of each round's best call (``statistic="best"``), or the
+    median of every call but each round's first (``"median"``: what stalls cost, e.g. with
+    another process busy on a core)."""
     for runners in steps:
         for r in runners:
             r.run()
@@ -92,7 +95,10 @@ def compare(label: str, steps, rounds: int, calls: int, macs: float = 0.0):
                 for r in runners:
                     r.run()
                 times.append(time.perf_counter() - start)
-            best[i].append(min(times))
+            if statistic == "best":
+                best[i].append(min(times))
+            else:
+                best[i].extend(times[1:])
     cells = []
     for b in best:
         med = statistics.median(b)
@@ -110,12 +116,15 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--only", default="", help="pointwise shapes whose label contains this text")
+    ap.add_argument("--statistic", choices=("best", "median"), default="best",
+                    help="per round its best call, or every call but the first")
     ap.add_argument("--network", type=Path, help="a pickled list of engine bytes (emulator_speed.cached_engine_bytes)")
     args = ap.parse_args(argv)
     if len(args.libs) < 2:
         raise SystemExit("give at least two libraries")
     libs = [load_library(p) for p in args.libs]
-    print(f"batch {args.batch}, {args.threads} threads; median of {args.rounds} rounds (best of {args.calls} calls); "
+    how = f"best of {args.calls} calls" if args.statistic == "best" else f"{args.calls} calls, the first left out"
+    print(f"batch {args.batch}, {args.threads} threads; median of {args.rounds} rounds ({how}); "
           + " | ".join(Path(p).name for p in args.libs))
     rng = np.random.default_rng(0)
     n = args.batch
@@ -124,20 +133,20 @@ def main(argv=None):
         views = [Engine.from_bytes(b) for b in blobs]
         inputs = [random_inputs(v, n, rng) for v in views]
         steps = [[Runner(lib, b, v, x, n, args.threads) for b, v, x in zip(blobs, views, inputs)] for lib in libs]
-        return compare(f"{args.network.name} b{n}", steps, args.rounds, args.calls)
+        return compare(f"{args.network.name} b{n}", steps, args.rounds, args.calls, statistic=args.statistic)
     for label, kind, h, cin, cout in pointwise_shapes():
         if args.only in label:
             view, _ = conv_engine(kind, n, h, h, cin, cout, 1, 1, rng)
             x = random_inputs(view, n, rng)
             steps = [[Runner(lib, view.to_bytes(), view, x, n, args.threads)] for lib in libs]
-            compare(label, steps, args.rounds, args.calls, n * h * h * cin * cout)
+            compare(label, steps, args.rounds, args.calls, n * h * h * cin * cout, args.statistic)
     for label, kind, h, w, cin, cout, k, s in SHAPES:
         if "conv1" in label and args.only in label:
             view, _ = conv_engine(kind, n, h, w, cin, cout, k, s, rng)
             x = random_inputs(view, n, rng)
             oh, ow = view.outputs[0].shape[1:3]
             steps = [[Runner(lib, view.to_bytes(), view, x, n, args.threads)] for lib in libs]
-            compare(label, steps, args.rounds, args.calls, n * oh * ow * k * k * cin * cout)
+            compare(label, steps, args.rounds, args.calls, n * oh * ow * k * k * cin * cout, args.statistic)
 
 
 if __name__ == "__main__":
