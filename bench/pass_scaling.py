@@ -15,7 +15,8 @@ all sizes alike and the best of the rounds is taken at comparable load.
 Then converts a deep TensorFlow graph of small blocks (3x3 Conv2D -> FusedBatchNorm -> Relu6,
 every fourth block a Reshape -> MatMul -> BiasAdd -> Relu6 -> Reshape on [1, 4, 4, 8]) with
 ``--conversion-nodes`` GraphDef nodes: converter -> calibrate on a few random batches (the
-calibration model) -> to_quant -> to_npu, timing each step.
+calibration model) -> to_quant -> to_npu, timing each step, each graph in a fresh process (as a
+user converts one model: no heap left behind by the pass series or an earlier conversion).
 """
 from __future__ import annotations
 
@@ -213,6 +214,14 @@ def conversion(graphdef_nodes: int) -> dict:
     return out
 
 
+def fresh_process_conversion(graphdef_nodes: int) -> dict:
+    """:func:`conversion` in a child process of its own (started by spawning, not forking)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(conversion, graphdef_nodes).result()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--doc", action="store_true", help="write the tables into docs/benchmarks.md")
@@ -222,7 +231,7 @@ def main() -> None:
                    help="GraphDef nodes of the converted deep graphs, comma-separated ('' skips the conversion)")
     a = p.parse_args()
     rows = pass_rows(a.max_nodes, a.repeats)
-    convs = [conversion(int(n)) for n in a.conversion_nodes.split(",") if n]
+    convs = [fresh_process_conversion(int(n)) for n in a.conversion_nodes.split(",") if n]
     for conv in convs:
         print(conv)
     if a.doc:
