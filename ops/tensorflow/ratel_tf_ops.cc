@@ -26,13 +26,8 @@ using ::ratelnn::StatsStore;
 
 // Estimated CPU cycles per element, for Shard's cost model.
 constexpr int64_t kSummaryCyclesPerElement = 3;  // RatelMinMax: range + histogram
-// RatelQuant and RatelDequant move as many bytes per element (4 in and 1 out, or 1 in and 4
-// out) and cost alike (one Zen 4 core, MobileNetV2's 66 batch-8 activations: 0.28 and 0.32 ns
-// per element), so they share one estimate: both are split over the workers from 2^18
-// elements (kInlineCycles); at batch 8, 27 % of those activations' elements are in tensors
-// of 2^18 to 2^20 elements, which RatelDequant ran on one thread with the estimate of 1.
 constexpr int64_t kQuantCyclesPerElement = 4;
-constexpr int64_t kDequantCyclesPerElement = kQuantCyclesPerElement;
+constexpr int64_t kDequantCyclesPerElement = 1;
 // Work estimated below this many cycles (~0.4 ms) runs on the calling thread: waking TF's
 // intra-op pool costs tens of microseconds, and its workers then spin-wait on the cores while
 // the next op (a RatelEngineOp with its own threads) runs (docs/architecture.md §5).
