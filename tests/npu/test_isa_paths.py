@@ -320,7 +320,9 @@ def _gemm_cases():
     activations, row counts off the 16-row tiles (49 and 50: 48 on the tiles, the rest on the
     vpdpbusd tail), ReLU and the whole int8 range; a 7x7 3x3 conv of 256 channels (ResNet50's
     last stage at batch 1: one pixel tile whose channel splits read rows packed once by all
-    threads)."""
+    threads); stems with 8 output channels (two pixels per vector on avx512_vnni) on 1, 2, 3
+    and 8 input channels (1, 2, 3 and 6 quads a kernel row: odd and even), 16 pixels a row and
+    more, the last tile of a row overlapping the one before (17, 19 pixels), strided and padded."""
     rng = np.random.default_rng(31)
     cases = []
     # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, groups, x dtype, batch)
@@ -333,7 +335,13 @@ def _gemm_cases():
             (300, 1, 1, 1, 1, (0, 0, 0, 0), 1, 1, 37, 1, "uint8", 20),
             (200, 1, 1, 1, 1, (0, 0, 0, 0), 5, 5, 130, 1, "int8", 1),
             (3, 3, 3, 1, 1, (0, 0, 0, 0), 9, 9, 48, 1, "int8", 1),
-            (256, 3, 3, 1, 1, (1, 1, 1, 1), 7, 7, 128, 1, "int8", 1)]):
+            (256, 3, 3, 1, 1, (1, 1, 1, 1), 7, 7, 128, 1, "int8", 1),
+            (8, 3, 3, 1, 1, (0, 0, 0, 0), 7, 21, 8, 1, "uint8", 2),
+            (1, 3, 3, 2, 1, (1, 0, 1, 1), 9, 37, 8, 1, "int8", 1),
+            (8, 3, 3, 1, 1, (1, 1, 1, 1), 4, 32, 8, 1, "int8", 1),
+            (1, 3, 3, 1, 1, (0, 0, 0, 0), 5, 18, 8, 1, "uint8", 3),
+            (3, 3, 3, 1, 1, (1, 1, 1, 1), 6, 17, 8, 1, "int8", 1),
+            (2, 3, 3, 1, 1, (0, 0, 0, 0), 5, 40, 8, 1, "uint8", 1)]):
         oh, ow = (h + pads[0] + pads[1] - d * (kh - 1) - 1) // s + 1, (w + pads[2] + pads[3] - d * (kw - 1) - 1) // s + 1
         lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
         x = rng.integers(lo, hi + 1, (n, h, w, cin)).astype(xdt)
