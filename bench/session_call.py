@@ -113,6 +113,10 @@ class Recording:
             self.steady.extend(seconds[1:])
         return seconds
 
+    def cpu_seconds(self):
+        """The contender's own (:func:`isolated.wait_until_idle` reads it)."""
+        return self.contender.cpu_seconds()
+
 
 if __name__ == "__main__":
     sys.exit(main())
