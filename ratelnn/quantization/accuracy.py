@@ -4,9 +4,10 @@
 The kept calibration sample is split by the held-out rule
 (:func:`ratelnn.calibration.split.split_sample`: every 4th sample held out, when the sample has 8
 or more), the passes are fitted on the rest, and each combination the config asks for
-(AdaRound + correction, AdaRound alone, correction alone, none) is scored by the cosine
-similarity of the quantized model's outputs to the float model's on the held-out samples, the
-lowest over the outputs (:func:`~ratelnn.metrics.cosine.lowest_cosine`).
+(AdaRound + correction, AdaRound alone, correction alone, none) is scored by the agreement of
+the quantized model's outputs with the float model's on the held-out samples: each output's
+cosine similarity, lowered to its norm ratio where that is lower (scale-aware,
+:func:`~ratelnn.metrics.cosine.output_agreements`), the lowest over the outputs.
 The best wins; ties go to the most passes applied.  So the passes never lower that metric on
 the held-out part.  With fewer than 8 samples nothing is held out and the passes are
 applied unchecked.
@@ -21,16 +22,16 @@ import numpy as np
 from ..calibration.split import split_sample
 from ..ir import Graph
 from ..ir.evaluate import evaluate
-from ..metrics.cosine import output_cosines
+from ..metrics.cosine import output_agreements
 from .adaround import adaround
 from .bias_correction import correct_biases, correct_biases_analytic
 from .emit import emit_qdq
 from .layerwalk import check_time, chunked
 
 
-def qdq_cosines(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
-    """(cosine of each output of the QDQ model to the float model's on ``sample``, in
-    ``graph.outputs`` order, :func:`~ratelnn.metrics.cosine.output_cosines`; the float outputs,
+def qdq_agreements(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
+    """(agreement of each output of the QDQ model with the float model's on ``sample``, in
+    ``graph.outputs`` order, :func:`~ratelnn.metrics.cosine.output_agreements`; the float outputs,
     one array each, real rows only: pass them back as ``reference`` to skip running the float
     model again)."""
     feeds, real = chunked(sample, (config.get("input_shapes") or [[None]])[0][0])
@@ -43,19 +44,19 @@ def qdq_cosines(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, 
         return [np.concatenate(parts) for parts in zip(*chunks)]
 
     reference = run(graph) if reference is None else reference
-    return output_cosines(run(qdq), reference), reference
+    return output_agreements(run(qdq), reference), reference
 
 
-def output_cosine(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
-    """(the lowest of :func:`qdq_cosines`, the float outputs)."""
-    cosines, reference = qdq_cosines(graph, qgraph, config, sample, reference)
-    return min(cosines, default=1.0), reference
+def qdq_agreement(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
+    """(the lowest of :func:`qdq_agreements`, the float outputs)."""
+    agreements, reference = qdq_agreements(graph, qgraph, config, sample, reference)
+    return min(agreements, default=1.0), reference
 
 
 def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
                  sample: Optional[Mapping[str, np.ndarray]]) -> Graph:
     """``qgraph`` (quantized from ``graph``) with the passes ``config`` asks for that do not
-    lower the lowest held-out output cosine (module docstring); the choice is recorded in
+    lower the lowest held-out output agreement (module docstring); the choice is recorded in
     ``meta["accuracy_passes"]``."""
     ada = int(config.get("adaround_iterations", 0)) > 0
     correction = config.get("bias_correction", "none")
@@ -83,13 +84,13 @@ def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],
     else:
         scores, reference = {}, None
         for name, q in candidates.items():
-            scores[name], reference = output_cosine(graph, q, config, held, reference)
+            scores[name], reference = qdq_agreement(graph, q, config, held, reference)
         chosen = max(candidates, key=lambda name: scores[name])   # first (most passes) on ties
         wanted = next(iter(candidates))
         if chosen != wanted:
-            warnings.warn(f"accuracy passes: {wanted} lowered the lowest output cosine on the {len(next(iter(held.values())))} "
+            warnings.warn(f"accuracy passes: {wanted} lowered the lowest output agreement on the {len(next(iter(held.values())))} "
                           f"held-out calibration samples ({scores[wanted]:.6f} vs {scores[chosen]:.6f} with "
                           f"{chosen}); using {chosen}", UserWarning, stacklevel=3)
     result = candidates[chosen]
-    result.meta["accuracy_passes"] = {"applied": chosen, "held_out_cosine": scores}
+    result.meta["accuracy_passes"] = {"applied": chosen, "held_out_agreement": scores}
     return result

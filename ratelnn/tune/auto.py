@@ -5,9 +5,11 @@ itself and, where int8 loses too much, applies the cheapest remedies.
 from the statistics as configured, then scores the quantized IR (QDQ, numpy evaluator)
 against the float IR on the held-out part of the kept calibration sample
 (:func:`~ratelnn.tune.holdout.split_sample`: every 4th sample, the rule ``tune()`` splits its
-data by): the lowest cosine over the outputs (:func:`~ratelnn.metrics.cosine.lowest_cosine`, the
-figure ``tune()`` judges by: a small output that loses is not hidden by a large one that keeps
-its values).  At or above ``accuracy_auto_cosine`` the plain
+data by): the lowest agreement over the outputs (:func:`~ratelnn.metrics.cosine.output_agreements`:
+each output's cosine, lowered to its norm ratio to the float output where that is lower, so a
+remedy that shrinks an output a consumer compares with a threshold is not taken for a gain; the
+lowest, so a small output that loses is not hidden by a large one that keeps its values).  At
+or above ``accuracy_auto_cosine`` the plain
 build is kept (one check, no search).
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
@@ -65,7 +67,7 @@ from ..config import normalize
 from ..errors import RatelError
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError
-from ..quantization.accuracy import output_cosine, qdq_cosines
+from ..quantization.accuracy import qdq_agreement, qdq_agreements
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
 from .borders import border_moves
@@ -88,8 +90,9 @@ NOT_BUILT, OVER_LIMIT = "not built", "over the latency limit"   # why a candidat
 @dataclasses.dataclass
 class AutoDecision:
     """What the automatic defaults did: ``cosine_before`` / ``cosine_after`` (lowest output
-    cosine on the ``held_out_samples``; None: not checked, see ``note``), ``settings`` (config
-    keys that rebuild the chosen model with ``accuracy_auto`` off; empty: plain build kept),
+    agreement, the scale-aware cosine, on the ``held_out_samples``; None: not checked, see
+    ``note``), ``settings`` (config keys that rebuild the chosen model with ``accuracy_auto``
+    off; empty: plain build kept),
     ``latency_ratio`` (predicted latency over the all-int8 model's; None: not priced)."""
 
     cosine_before: Optional[float]
@@ -104,7 +107,7 @@ class AutoDecision:
         """The one-line summary the build prints."""
         if self.cosine_before is None:
             return f"accuracy_auto: {self.note}"
-        head = (f"accuracy_auto: lowest output cosine {self.cosine_before:.4f} on {self.held_out_samples} held-out "
+        head = (f"accuracy_auto: lowest output cosine (scale-aware) {self.cosine_before:.4f} on {self.held_out_samples} held-out "
                 f"calibration samples")
         if not self.settings:
             return f"{head} (bound {self.bound:g}): {self.note}"
@@ -170,7 +173,7 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
                                     "inputs (calibrate() keeps accuracy_samples of them)")
     n_held = min(len(v) for v in held.values())
     try:
-        before, reference = output_cosine(conv.graph, qgraph, config, held)
+        before, reference = qdq_agreement(conv.graph, qgraph, config, held)
     except EvaluationError as e:
         return qgraph, AutoDecision(None, None, {}, None, n_held, bound,
                                     f"not checked: {str(e).splitlines()[0][:150]}")
@@ -242,7 +245,7 @@ class _Remedies:
             if limited and (latency is None or latency > self.limit * (1 + 1e-9)):
                 q, why = None, OVER_LIMIT
             else:
-                cosine = output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0]
+                cosine = qdq_agreement(self.conv.graph, q, other.config, self.held, self.reference)[0]
         except RatelError:
             q, why = None, NOT_BUILT
         LOG.debug("accuracy_auto: %s -> %s", describe(settings), why or f"{cosine:.4f}")
@@ -389,7 +392,7 @@ class _Remedies:
         cosine under ``best`` depends on first, each part in its order: a layer off that
         output's path cannot raise the figure the judge reads."""
         other, _ = self.converter(best[1])
-        cosines = qdq_cosines(self.conv.graph, best[2], other.config, self.held, self.reference)[0]
+        cosines = qdq_agreements(self.conv.graph, best[2], other.config, self.held, self.reference)[0]
         graph = other.graph
         worst = graph.outputs[int(np.argmin(cosines))]
         LOG.debug("accuracy_auto: output cosines %s; ranking the layers of %s first",

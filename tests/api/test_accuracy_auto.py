@@ -226,7 +226,7 @@ def test_int8_choices_are_judged_again_on_top_of_the_int16_layers(tmp_path):
     that rounding's mean shift: the lowest held-out cosine rises, and so does the lowest
     cosine on digits calibration never saw."""
     from ratelnn.calibration.stats import load_statistics
-    from ratelnn.quantization.accuracy import output_cosine
+    from ratelnn.quantization.accuracy import qdq_agreement
     from ratelnn.quantization.policy import make_plan
     from ratelnn.tune.auto import _Remedies
     from ratelnn.tune.holdout import split_sample
@@ -236,7 +236,7 @@ def test_int8_choices_are_judged_again_on_top_of_the_int16_layers(tmp_path):
                                  "output_dir": str(tmp_path), "auto_int16": False})
     conv.calibrate(x_train[:256].astype(np.float32), progress=False)
     stats, sample = load_statistics(str(tmp_path)), conv._sample("accuracy_auto", required=False)
-    reference = output_cosine(conv.graph, conv.quantize(stats), conv.config, split_sample(sample)[1])[1]
+    reference = qdq_agreement(conv.graph, conv.quantize(stats), conv.config, split_sample(sample)[1])[1]
     remedies = _Remedies(conv, stats, sample, reference, 0.99)
     producers = {t: n.name for n in conv.graph.nodes for t in n.outputs}
     int16 = [{"layer_name": producers.get(t, t), "data_type": "int16"}
@@ -247,5 +247,5 @@ def test_int8_choices_are_judged_again_on_top_of_the_int16_layers(tmp_path):
     assert settings == dict(start, bias_correction="empirical")
     assert cosine < 0.99 and after > cosine + 0.01
     unseen = {inp: x_test.astype(np.float32)}
-    assert (output_cosine(conv.graph, q_after, conv.config, unseen)[0]
-            > output_cosine(conv.graph, q, conv.config, unseen)[0] + 0.01)
+    assert (qdq_agreement(conv.graph, q_after, conv.config, unseen)[0]
+            > qdq_agreement(conv.graph, q, conv.config, unseen)[0] + 0.01)
