@@ -15,7 +15,7 @@ applied unchecked.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -29,28 +29,48 @@ from .emit import emit_qdq
 from .layerwalk import check_time, chunked
 
 
+def softmax_logits(graph: Graph) -> List[str]:
+    """The tensors the ``Softmax`` nodes producing ``graph``'s outputs read (their logits), in
+    output order; through the ``Quant``/``Dequant`` pair a QDQ graph puts after an output.  A
+    confident softmax hides most of what int8 loses in its logits (probabilities near 0 or 1
+    barely move), so the held-out check judges the logits too."""
+    logits = []
+    for tensor in graph.outputs:
+        node = graph.producer(tensor)
+        while node is not None and node.op in ("Quant", "Dequant"):
+            node = graph.producer(node.inputs[0])
+        if node is not None and node.op == "Softmax":
+            logits.append(node.inputs[0])
+    return logits
+
+
 def qdq_agreements(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
-    """(agreement of each output of the QDQ model with the float model's on ``sample``, in
-    ``graph.outputs`` order, :func:`~ratelnn.metrics.cosine.output_agreements`; the float outputs,
-    one array each, real rows only: pass them back as ``reference`` to skip running the float
-    model again)."""
+    """(``{tensor: agreement}`` of the QDQ model with the float model on ``sample``
+    (:func:`~ratelnn.metrics.cosine.output_agreements`), for each output in ``graph.outputs``
+    order, then for the logits of the outputs a ``Softmax`` produces (:func:`softmax_logits`,
+    named as in ``graph``); the float values in that order, one array each, real rows only:
+    pass them back as ``reference`` to skip running the float model again)."""
     feeds, real = chunked(sample, (config.get("input_shapes") or [[None]])[0][0])
     qdq = emit_qdq(qgraph, config)
     check_time("the held-out check")
+    names = list(graph.outputs) + softmax_logits(graph)
 
-    def run(g: Graph) -> list:
-        chunks = [[np.asarray(v, np.float64)[:r] for v in evaluate(g, f, graph.outputs).values()]
-                  for f, r in zip(feeds, real)]
+    def run(g: Graph, fetches: List[str]) -> list:
+        chunks = []
+        for f, r in zip(feeds, real):
+            values = evaluate(g, f, fetches)
+            chunks.append([np.asarray(values[t], np.float64)[:r] for t in fetches])
         return [np.concatenate(parts) for parts in zip(*chunks)]
 
-    reference = run(graph) if reference is None else reference
-    return output_agreements(run(qdq), reference), reference
+    reference = run(graph, names) if reference is None else reference
+    agreements = output_agreements(run(qdq, list(qdq.outputs) + softmax_logits(qdq)), reference)
+    return dict(zip(names, agreements, strict=True)), reference
 
 
 def qdq_agreement(graph: Graph, qgraph: Graph, config: Mapping[str, Any], sample, reference=None) -> tuple:
     """(the lowest of :func:`qdq_agreements`, the float outputs)."""
     agreements, reference = qdq_agreements(graph, qgraph, config, sample, reference)
-    return min(agreements, default=1.0), reference
+    return min(agreements.values(), default=1.0), reference
 
 
 def apply_passes(graph: Graph, qgraph: Graph, config: Mapping[str, Any],

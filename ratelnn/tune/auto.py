@@ -192,13 +192,13 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
 
 def below_one_step(qgraph: Graph, reference) -> Optional[float]:
     """The smallest quantization step of ``qgraph``'s quantized outputs when every float
-    output value in ``reference`` (the held-out samples') is smaller than it: outputs the
-    quantized model can only give as 0 (e.g. a detector's score map on inputs without
-    anything to detect), whose cosine is noise; None otherwise."""
+    output value in ``reference`` (the held-out samples', outputs first) is smaller than it:
+    outputs the quantized model can only give as 0 (e.g. a detector's score map on inputs
+    without anything to detect), whose cosine is noise; None otherwise."""
     steps = [float(np.max(qgraph.qparams[t].scale)) for t in qgraph.outputs if t in qgraph.qparams]
     if not steps or len(steps) < len(qgraph.outputs):
         return None
-    largest = max(float(np.max(np.abs(r))) if np.size(r) else 0.0 for r in reference)
+    largest = max(float(np.max(np.abs(r))) if np.size(r) else 0.0 for r in reference[:len(qgraph.outputs)])
     return min(steps) if largest < min(steps) else None
 
 
@@ -392,11 +392,11 @@ class _Remedies:
         cosine under ``best`` depends on first, each part in its order: a layer off that
         output's path cannot raise the figure the judge reads."""
         other, _ = self.converter(best[1])
-        cosines = qdq_agreements(self.conv.graph, best[2], other.config, self.held, self.reference)[0]
+        agreements = qdq_agreements(self.conv.graph, best[2], other.config, self.held, self.reference)[0]
         graph = other.graph
-        worst = graph.outputs[int(np.argmin(cosines))]
-        LOG.debug("accuracy_auto: output cosines %s; ranking the layers of %s first",
-                  ", ".join(f"{c:.4f}" for c in cosines), worst)
+        worst = min(agreements, key=agreements.get)
+        LOG.debug("accuracy_auto: output agreements %s; ranking the layers of %s first",
+                  ", ".join(f"{t} {c:.4f}" for t, c in agreements.items()), worst)
         path = graph.upstream([worst])
         path |= {n.name for n in graph.nodes if set(n.outputs) & path}
         return sorted(ranked, key=lambda option: option[0] not in path)
