@@ -40,13 +40,12 @@ def norm_ratios(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) 
 
 
 def output_agreements(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> List[float]:
-    """Each output's cosine (:func:`output_cosines`), lowered to ``min(r, 1/r)`` where that is
-    lower, ``r`` its :func:`norm_ratios`: the cosine is blind to a change of scale, which a
-    consumer comparing values with a threshold (a detector's score against 0.5) is not.  Noise
-    alone leaves the figure at the cosine (zero-mean noise uncorrelated with the output makes
-    ``1/r`` equal to the cosine); an output shrunk or grown beyond that reads its ratio."""
-    return [min(c, r, 1.0 / r) if r > 0 else c
-            for c, r in zip(output_cosines(outputs, reference), norm_ratios(outputs, reference))]
+    """Each output's cosine (:func:`output_cosines`), lowered to its :func:`norm_ratios` where
+    that is lower: the cosine is blind to an output that shrinks, which a consumer comparing
+    values with a threshold (a detector's score against 0.5) is not.  Zero-mean noise grows
+    the norm (by 1/cosine when uncorrelated with the output), so a ratio of 1 or more is left
+    to the cosine; a shrunk output reads its ratio."""
+    return [min(c, r) for c, r in zip(output_cosines(outputs, reference), norm_ratios(outputs, reference))]
 
 
 def lowest_agreement(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:

@@ -20,7 +20,7 @@ from ratelnn.frontend.tensorflow import converter, recorded_meta
 from ratelnn.metrics import output_cosines
 from ratelnn.runners import run_model
 from ratelnn.tune.holdout import HELD_OUT_EVERY
-from helpers.int8_loss import SHAPE, depthwise_loss_graph, two_head_digits, wide_input_digits
+from helpers.int8_loss import SHAPE, depthwise_loss_graph, softmax_digits, two_head_digits, wide_input_digits
 from helpers.stats import small_graph_def
 
 BATCH = 4
@@ -249,3 +249,37 @@ def test_int8_choices_are_judged_again_on_top_of_the_int16_layers(tmp_path):
     unseen = {inp: x_test.astype(np.float32)}
     assert (qdq_agreement(conv.graph, q_after, conv.config, unseen)[0]
             > qdq_agreement(conv.graph, q, conv.config, unseen)[0] + 0.01)
+
+
+def test_the_logits_of_a_confident_softmax_are_judged(tmp_path):
+    """The softmax digits network (helpers.int8_loss.softmax_digits): a confident classifier
+    whose wide hidden unit leaves the others few int8 codes.  On the held-out samples the
+    plain build's probabilities read 0.99+ (a softmax near 0 or 1 hides what the logits lose),
+    its logits do not: judged on the logits too, the default build remedies the loss, and on
+    digits calibration never saw its probabilities are closer to FP32 and its top-1 is not
+    lower than plain int8's."""
+    from ratelnn.calibration.split import split_sample
+    from ratelnn.quantization.accuracy import qdq_agreements, softmax_logits
+    ratelnn.tf_init()
+    graph_def, inp, out, (x_train, _), (x_test, y_test) = softmax_digits()
+    run = lambda model: run_model("tensorflow", model, {inp: x_test.astype(np.float32)}, [out])[0]
+    fp32 = run(graph_def)
+    builds = {}
+    for auto in (False, True):
+        conv = converter(graph_def, {"input_nodes": [inp], "output_nodes": [out], "input_shapes": [[64, 64]],
+                                     "output_dir": str(tmp_path / f"auto-{auto}"), "accuracy_auto": auto,
+                                     "auto_int16": False})
+        conv.calibrate(x_train[:256].astype(np.float32), progress=False)
+        builds[auto] = (conv, run(conv.to_npu()))
+    conv, plain = builds[False]
+    logits = softmax_logits(conv.graph)
+    held = split_sample(conv._sample("accuracy_auto", required=False))[1]
+    figures = qdq_agreements(conv.graph, conv.quantized_ir(), conv.config, held)[0]
+    assert len(logits) == 1 and figures[out] >= 0.99 > figures[logits[0]]   # the probabilities hide the loss
+    conv, auto = builds[True]
+    decision = conv.accuracy_auto
+    assert decision.cosine_before == pytest.approx(figures[logits[0]]) and decision.cosine_after >= 0.99
+    assert decision.settings and decision.latency_ratio <= 1.3
+    top1 = lambda y: float(np.mean(y.argmax(1) == y_test))
+    assert output_cosines([auto], [fp32])[0] > output_cosines([plain], [fp32])[0] + 0.003
+    assert top1(auto) >= top1(plain)
