@@ -7,7 +7,8 @@ or more), the passes are fitted on the rest, and each combination the config ask
 (AdaRound + correction, AdaRound alone, correction alone, none) is scored by the agreement of
 the quantized model's outputs with the float model's on the held-out samples: each output's
 cosine similarity, lowered to its norm ratio where that is lower (scale-aware,
-:func:`~ratelnn.metrics.cosine.output_agreements`), the lowest over the outputs.
+:func:`~ratelnn.metrics.cosine.output_agreements`), the lowest over the outputs and the
+logits of the outputs a ``Softmax`` produces (:func:`softmax_logits`).
 The best wins; ties go to the most passes applied.  So the passes never lower that metric on
 the held-out part.  With fewer than 8 samples nothing is held out and the passes are
 applied unchecked.

@@ -8,8 +8,10 @@ against the float IR on the held-out part of the kept calibration sample
 data by): the lowest agreement over the outputs (:func:`~ratelnn.metrics.cosine.output_agreements`:
 each output's cosine, lowered to its norm ratio to the float output where that is lower, so a
 remedy that shrinks an output a consumer compares with a threshold is not taken for a gain; the
-lowest, so a small output that loses is not hidden by a large one that keeps its values).  At
-or above ``accuracy_auto_cosine`` the plain
+logits of an output a ``Softmax`` produces judged beside it,
+:func:`~ratelnn.quantization.accuracy.softmax_logits`, since a confident softmax hides what they
+lose; the lowest, so a small output that loses is not hidden by a large one that keeps its
+values).  At or above ``accuracy_auto_cosine`` the plain
 build is kept (one check, no search).
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
