@@ -156,8 +156,8 @@ def island_digits():
     return graph_def, inputs[0], outputs[0], islands, (volumes(x_train), y_train), (volumes(x_test), y_test)
 
 
-CONFIDENCE = 20.0        # the softmax digits network's logits in this unit: a confident classifier
-HIDDEN_WIDE = 40.0       # its widest hidden unit this much wider: the others get few int8 codes
+CONFIDENCE = 40.0        # the softmax digits network's logits in this unit: a confident classifier
+HIDDEN_WIDE = 55.0       # its widest hidden unit this much wider: the others get few int8 codes
 
 
 def softmax_digits():
