@@ -1,5 +1,8 @@
-"""Cosine similarity of a model's outputs to the float model's, output by output: the figure
-the automatic default step, the accuracy passes and ``tune()`` judge by (docs/quantization.md,
+"""Agreement of a model's outputs with the float model's, output by output.
+
+:func:`output_cosines` / :func:`lowest_cosine`: the cosine similarity, the figure ``tune()``
+judges by.  :func:`output_agreements` / :func:`lowest_agreement`: the cosine made scale-aware,
+the figure the automatic default step and the accuracy passes judge by (docs/quantization.md,
 "Automatic defaults")."""
 from __future__ import annotations
 
@@ -24,3 +27,27 @@ def lowest_cosine(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]
     """The lowest of :func:`output_cosines` (1.0 without outputs): an output that loses is
     not hidden by a larger one that keeps its values."""
     return min(output_cosines(outputs, reference), default=1.0)
+
+
+def norm_ratios(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> List[float]:
+    """``||output|| / ||reference||`` of each output (all its values); 1.0 where both are all
+    zeros, ``inf`` where only the reference is."""
+    result = []
+    for q, f in zip(outputs, reference, strict=True):
+        nq, nf = np.linalg.norm(np.asarray(q, np.float64)), np.linalg.norm(np.asarray(f, np.float64))
+        result.append(float(nq / nf) if nf > 0 else (1.0 if nq == 0 else float("inf")))
+    return result
+
+
+def output_agreements(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> List[float]:
+    """Each output's cosine (:func:`output_cosines`), lowered to its :func:`norm_ratios` where
+    that is lower: the cosine is blind to an output that shrinks, which a consumer comparing
+    values with a threshold (a detector's score against 0.5) is not.  Zero-mean noise grows
+    the norm (by 1/cosine when uncorrelated with the output), so a ratio of 1 or more is left
+    to the cosine; a shrunk output reads its ratio."""
+    return [min(c, r) for c, r in zip(output_cosines(outputs, reference), norm_ratios(outputs, reference))]
+
+
+def lowest_agreement(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    """The lowest of :func:`output_agreements` (1.0 without outputs)."""
+    return min(output_agreements(outputs, reference), default=1.0)

@@ -5,9 +5,13 @@ itself and, where int8 loses too much, applies the cheapest remedies.
 from the statistics as configured, then scores the quantized IR (QDQ, numpy evaluator)
 against the float IR on the held-out part of the kept calibration sample
 (:func:`~ratelnn.tune.holdout.split_sample`: every 4th sample, the rule ``tune()`` splits its
-data by): the lowest cosine over the outputs (:func:`~ratelnn.metrics.cosine.lowest_cosine`, the
-figure ``tune()`` judges by: a small output that loses is not hidden by a large one that keeps
-its values).  At or above ``accuracy_auto_cosine`` the plain
+data by): the lowest agreement over the outputs (:func:`~ratelnn.metrics.cosine.output_agreements`:
+each output's cosine, lowered to its norm ratio to the float output where that is lower, so a
+remedy that shrinks an output a consumer compares with a threshold is not taken for a gain; the
+logits of an output a ``Softmax`` produces judged beside it,
+:func:`~ratelnn.quantization.accuracy.softmax_logits`, since a confident softmax hides what they
+lose; the lowest, so a small output that loses is not hidden by a large one that keeps its
+values).  At or above ``accuracy_auto_cosine`` the plain
 build is kept (one check, no search).
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
@@ -65,7 +69,7 @@ from ..config import normalize
 from ..errors import RatelError
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError
-from ..quantization.accuracy import output_cosine, qdq_cosines
+from ..quantization.accuracy import qdq_agreement, qdq_agreements
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
 from .borders import border_moves
@@ -88,8 +92,9 @@ NOT_BUILT, OVER_LIMIT = "not built", "over the latency limit"   # why a candidat
 @dataclasses.dataclass
 class AutoDecision:
     """What the automatic defaults did: ``cosine_before`` / ``cosine_after`` (lowest output
-    cosine on the ``held_out_samples``; None: not checked, see ``note``), ``settings`` (config
-    keys that rebuild the chosen model with ``accuracy_auto`` off; empty: plain build kept),
+    agreement, the scale-aware cosine, on the ``held_out_samples``; None: not checked, see
+    ``note``), ``settings`` (config keys that rebuild the chosen model with ``accuracy_auto``
+    off; empty: plain build kept),
     ``latency_ratio`` (predicted latency over the all-int8 model's; None: not priced)."""
 
     cosine_before: Optional[float]
@@ -104,7 +109,7 @@ class AutoDecision:
         """The one-line summary the build prints."""
         if self.cosine_before is None:
             return f"accuracy_auto: {self.note}"
-        head = (f"accuracy_auto: lowest output cosine {self.cosine_before:.4f} on {self.held_out_samples} held-out "
+        head = (f"accuracy_auto: lowest output cosine (scale-aware) {self.cosine_before:.4f} on {self.held_out_samples} held-out "
                 f"calibration samples")
         if not self.settings:
             return f"{head} (bound {self.bound:g}): {self.note}"
@@ -170,7 +175,7 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
                                     "inputs (calibrate() keeps accuracy_samples of them)")
     n_held = min(len(v) for v in held.values())
     try:
-        before, reference = output_cosine(conv.graph, qgraph, config, held)
+        before, reference = qdq_agreement(conv.graph, qgraph, config, held)
     except EvaluationError as e:
         return qgraph, AutoDecision(None, None, {}, None, n_held, bound,
                                     f"not checked: {str(e).splitlines()[0][:150]}")
@@ -189,13 +194,13 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
 
 def below_one_step(qgraph: Graph, reference) -> Optional[float]:
     """The smallest quantization step of ``qgraph``'s quantized outputs when every float
-    output value in ``reference`` (the held-out samples') is smaller than it: outputs the
-    quantized model can only give as 0 (e.g. a detector's score map on inputs without
-    anything to detect), whose cosine is noise; None otherwise."""
+    output value in ``reference`` (the held-out samples', outputs first) is smaller than it:
+    outputs the quantized model can only give as 0 (e.g. a detector's score map on inputs
+    without anything to detect), whose cosine is noise; None otherwise."""
     steps = [float(np.max(qgraph.qparams[t].scale)) for t in qgraph.outputs if t in qgraph.qparams]
     if not steps or len(steps) < len(qgraph.outputs):
         return None
-    largest = max(float(np.max(np.abs(r))) if np.size(r) else 0.0 for r in reference)
+    largest = max(float(np.max(np.abs(r))) if np.size(r) else 0.0 for r in reference[:len(qgraph.outputs)])
     return min(steps) if largest < min(steps) else None
 
 
@@ -242,7 +247,7 @@ class _Remedies:
             if limited and (latency is None or latency > self.limit * (1 + 1e-9)):
                 q, why = None, OVER_LIMIT
             else:
-                cosine = output_cosine(self.conv.graph, q, other.config, self.held, self.reference)[0]
+                cosine = qdq_agreement(self.conv.graph, q, other.config, self.held, self.reference)[0]
         except RatelError:
             q, why = None, NOT_BUILT
         LOG.debug("accuracy_auto: %s -> %s", describe(settings), why or f"{cosine:.4f}")
@@ -389,11 +394,11 @@ class _Remedies:
         cosine under ``best`` depends on first, each part in its order: a layer off that
         output's path cannot raise the figure the judge reads."""
         other, _ = self.converter(best[1])
-        cosines = qdq_cosines(self.conv.graph, best[2], other.config, self.held, self.reference)[0]
+        agreements = qdq_agreements(self.conv.graph, best[2], other.config, self.held, self.reference)[0]
         graph = other.graph
-        worst = graph.outputs[int(np.argmin(cosines))]
-        LOG.debug("accuracy_auto: output cosines %s; ranking the layers of %s first",
-                  ", ".join(f"{c:.4f}" for c in cosines), worst)
+        worst = min(agreements, key=agreements.get)
+        LOG.debug("accuracy_auto: output agreements %s; ranking the layers of %s first",
+                  ", ".join(f"{t} {c:.4f}" for t, c in agreements.items()), worst)
         path = graph.upstream([worst])
         path |= {n.name for n in graph.nodes if set(n.outputs) & path}
         return sorted(ranked, key=lambda option: option[0] not in path)

@@ -5,8 +5,9 @@ the CLI writes), and the decision's keys
 with ``accuracy_auto`` off rebuild the same engines without calibrating; ``accuracy_auto=False``
 is plain int8; a model already good keeps its plain build after one check; on a trained model
 whose loss neither another method nor int16 wins back, the least precise layer kept in fp32
-does, and its recorded decision rebuilds the same engines; on a trained model with every
-anchor in int16, the int8 choices judged again take the bias correction the int8 model did not."""
+does, and its recorded decision rebuilds the same engines; a bias correction that raises a
+trained model's held-out cosine while shrinking its output is not taken (the judge is
+scale-aware); a confident softmax's logits are judged."""
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,7 @@ from ratelnn.frontend.tensorflow import converter, recorded_meta
 from ratelnn.metrics import output_cosines
 from ratelnn.runners import run_model
 from ratelnn.tune.holdout import HELD_OUT_EVERY
-from helpers.int8_loss import SHAPE, depthwise_loss_graph, two_head_digits, wide_input_digits
+from helpers.int8_loss import SHAPE, depthwise_loss_graph, softmax_digits, two_head_digits, wide_input_digits
 from helpers.stats import small_graph_def
 
 BATCH = 4
@@ -112,9 +113,11 @@ def test_auto_off_is_plain_int8(builds):
 
 
 def test_good_model_keeps_plain_build_after_one_check(tmp_path):
-    """A small convolutional graph int8 already reproduces: checked once, nothing changed."""
+    """A small convolutional graph int8 already reproduces, its softmax's logits too (with the
+    default weights' seed the logits read 0.96 and the build remedies them): checked once,
+    nothing changed."""
     ratelnn.tf_init()
-    graph_def = small_graph_def()
+    graph_def = small_graph_def(seed=11)
     config = {"input_nodes": ["x"], "output_nodes": ["prob"], "input_shapes": [[4, 8, 8, 3]],
               "output_dir": str(tmp_path / "auto")}
     data = np.random.default_rng(0).uniform(0, 1, (32, 8, 8, 3)).astype(np.float32)
@@ -218,34 +221,77 @@ def test_a_small_output_that_loses_is_judged_on_its_own(tmp_path):
     assert min(output_cosines(auto, fp32)) >= 0.99 and abs(parity(auto) - parity(fp32)) <= 0.01
 
 
-def test_int8_choices_are_judged_again_on_top_of_the_int16_layers(tmp_path):
+def test_a_correction_that_shrinks_an_output_is_not_taken(tmp_path):
     """The two-head digits network (helpers.int8_loss.two_head_digits) with every anchor in
-    int16 on top of ``kld`` (the method that wins on its int8 model): what is left is the
-    int8 weights' rounding.  The step that judges the int8 choices again on top of the layer
-    entries found (``_Remedies.reconsider``) takes empirical bias correction, which removes
-    that rounding's mean shift: the lowest held-out cosine rises, and so does the lowest
-    cosine on digits calibration never saw."""
+    int16 on top of ``kld``: empirical bias correction raises the parity logit's held-out
+    cosine by more than 0.02 while shrinking it further below FP32's norm.  A cosine judge
+    takes it; the scale-aware judge does not: the accuracy passes keep the uncorrected model,
+    and the step that judges the int8 choices again on top of the layer entries found
+    (``_Remedies.reconsider``) does not take it."""
     from ratelnn.calibration.stats import load_statistics
-    from ratelnn.quantization.accuracy import output_cosine
+    from ratelnn.ir.evaluate import evaluate
+    from ratelnn.metrics import norm_ratios
+    from ratelnn.quantization.accuracy import qdq_agreement
+    from ratelnn.quantization.bias_correction import correct_biases
+    from ratelnn.quantization.emit import emit_qdq
     from ratelnn.quantization.policy import make_plan
     from ratelnn.tune.auto import _Remedies
     from ratelnn.tune.holdout import split_sample
     ratelnn.tf_init()
-    graph_def, inp, outs, (x_train, _), (x_test, _) = two_head_digits()
+    graph_def, inp, outs, (x_train, _), _ = two_head_digits()
     conv = converter(graph_def, {"input_nodes": [inp], "output_nodes": outs, "input_shapes": [[64, 64]],
                                  "output_dir": str(tmp_path), "auto_int16": False})
     conv.calibrate(x_train[:256].astype(np.float32), progress=False)
     stats, sample = load_statistics(str(tmp_path)), conv._sample("accuracy_auto", required=False)
-    reference = output_cosine(conv.graph, conv.quantize(stats), conv.config, split_sample(sample)[1])[1]
+    fit, held = split_sample(sample)
+    reference = qdq_agreement(conv.graph, conv.quantize(stats), conv.config, held)[1]
     remedies = _Remedies(conv, stats, sample, reference, 0.99)
     producers = {t: n.name for n in conv.graph.nodes for t in n.outputs}
     int16 = [{"layer_name": producers.get(t, t), "data_type": "int16"}
              for t in make_plan(conv.graph, conv.config).anchors]
     start = {"quantize_algorithm": "kld", "layer_configs": int16}
-    cosine, q, _ = remedies.judge(start, limited=True)
-    after, settings, q_after = remedies.reconsider((cosine, start, q))
-    assert settings == dict(start, bias_correction="empirical")
-    assert cosine < 0.99 and after > cosine + 0.01
-    unseen = {inp: x_test.astype(np.float32)}
-    assert (output_cosine(conv.graph, q_after, conv.config, unseen)[0]
-            > output_cosine(conv.graph, q, conv.config, unseen)[0] + 0.01)
+    figure, q, _ = remedies.judge(start, limited=True)
+    config = remedies.converter(start)[0].config
+    corrected = correct_biases(conv.graph, q.copy(), config, fit)
+    parity = lambda g: evaluate(emit_qdq(g, config), held, outs)[outs[1]]
+    fp32 = evaluate(conv.graph, held, outs)[outs[1]]
+    assert output_cosines([parity(corrected)], [fp32])[0] > output_cosines([parity(q)], [fp32])[0] + 0.02
+    assert norm_ratios([parity(corrected)], [fp32])[0] < norm_ratios([parity(q)], [fp32])[0] - 0.02 < 0.9
+    assert remedies.judge(dict(start, bias_correction="empirical"), limited=True)[1].meta[
+        "accuracy_passes"]["applied"] == "none"
+    after, settings, _ = remedies.reconsider((figure, start, q))
+    assert "bias_correction" not in settings and after >= figure
+
+
+def test_the_logits_of_a_confident_softmax_are_judged(tmp_path):
+    """The softmax digits network (helpers.int8_loss.softmax_digits): a confident classifier
+    whose wide hidden unit leaves the others few int8 codes.  On the held-out samples the
+    plain build's probabilities read 1.0 (a softmax near 0 or 1 hides what the logits lose),
+    its logits do not (bound 0.995 here: the logits read 0.990): judged on the logits too, the
+    default build remedies the loss, and on digits calibration never saw its probabilities
+    are closer to FP32 and its top-1 higher than plain int8's."""
+    from ratelnn.calibration.split import split_sample
+    from ratelnn.quantization.accuracy import qdq_agreements, softmax_logits
+    ratelnn.tf_init()
+    graph_def, inp, out, (x_train, _), (x_test, y_test) = softmax_digits()
+    run = lambda model: run_model("tensorflow", model, {inp: x_test.astype(np.float32)}, [out])[0]
+    fp32 = run(graph_def)
+    builds = {}
+    for auto in (False, True):
+        conv = converter(graph_def, {"input_nodes": [inp], "output_nodes": [out], "input_shapes": [[64, 64]],
+                                     "output_dir": str(tmp_path / f"auto-{auto}"), "accuracy_auto": auto,
+                                     "accuracy_auto_cosine": 0.995, "auto_int16": False})
+        conv.calibrate(x_train[:256].astype(np.float32), progress=False)
+        builds[auto] = (conv, run(conv.to_npu()))
+    conv, plain = builds[False]
+    logits = softmax_logits(conv.graph)
+    held = split_sample(conv._sample("accuracy_auto", required=False))[1]
+    figures = qdq_agreements(conv.graph, conv.quantized_ir(), conv.config, held)[0]
+    assert len(logits) == 1 and figures[out] >= 0.995 > figures[logits[0]]   # the probabilities hide the loss
+    conv, auto = builds[True]
+    decision = conv.accuracy_auto
+    assert decision.cosine_before == pytest.approx(figures[logits[0]]) and decision.cosine_after >= 0.995
+    assert decision.settings and decision.latency_ratio <= 1.3
+    top1 = lambda y: float(np.mean(y.argmax(1) == y_test))
+    assert output_cosines([auto], [fp32])[0] > output_cosines([plain], [fp32])[0] + 0.01
+    assert top1(auto) >= top1(plain) + 0.005

@@ -61,4 +61,4 @@ def test_passes_run_in_mxnet_and_equalization_is_exact(rng):
     changed = sorted(k for k in qi.params if not np.array_equal(qi.params[k], analytic.params[k]))
     assert len(changed) == 2 and all(analytic.params[k].dtype == np.int32 for k in changed), changed
     checked = converter(model, dict(cfg, bias_correction="analytic")).quantized_ir().meta["accuracy_passes"]
-    assert set(checked["held_out_cosine"]) == {"bias_correction", "none"}, checked
+    assert set(checked["held_out_agreement"]) == {"bias_correction", "none"}, checked

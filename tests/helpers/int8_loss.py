@@ -154,3 +154,42 @@ def island_digits():
     graph_def, inputs, outputs = freeze_keras(model)
     islands = [n.name for n in graph_def.node if n.op == "Relu" and n.name.split("/")[-2].split("_")[0] in ("c1", "c2")]
     return graph_def, inputs[0], outputs[0], islands, (volumes(x_train), y_train), (volumes(x_test), y_test)
+
+
+CONFIDENCE = 40.0        # the softmax digits network's logits in this unit: a confident classifier
+HIDDEN_WIDE = 55.0       # its widest hidden unit this much wider: the others get few int8 codes
+
+
+def softmax_digits():
+    """A Keras MLP trained here on scikit-learn's digits (64 pixels -> 32 ReLU -> 10 logits ->
+    softmax), its logits then scaled by :data:`CONFIDENCE` (probabilities near 0 or 1) and the
+    hidden unit the logits read most made :data:`HIDDEN_WIDE` x wider (the logit weights
+    reading it divided by as much: the float function is unchanged).  In int8 the hidden
+    layer's one scale leaves its other units few codes: the logits lose, the confident
+    probabilities barely show it.  Returns (frozen GraphDef, input name, output name,
+    (train images, labels), (test images, labels))."""
+    import keras
+    from keras import layers
+    from ratelnn.datasets import load_digits_images
+    from ratelnn.frontend.tensorflow import freeze_keras
+    (x_train, y_train), (x_test, y_test) = load_digits_images()
+    x_train, x_test = x_train.reshape(len(x_train), -1), x_test.reshape(len(x_test), -1)
+    keras.utils.set_random_seed(0)
+    pixels = keras.Input((64,), name="pixels")
+    hidden_layer, logits_layer = layers.Dense(32, activation="relu"), layers.Dense(10, name="logits")
+    hidden = hidden_layer(pixels)
+    logits = logits_layer(hidden)
+    trained = keras.Model(pixels, logits)
+    trained.compile(optimizer=keras.optimizers.Adam(3e-3),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    trained.fit(x_train, y_train, epochs=40, batch_size=32, verbose=0)
+    (wh, bh), (wl, bl) = hidden_layer.get_weights(), logits_layer.get_weights()
+    reach = keras.Model(pixels, hidden).predict(x_train, verbose=0).max(0)
+    unit = int(np.argmax(reach * np.abs(wl).max(1)))
+    widen = HIDDEN_WIDE * reach.max() / reach[unit]
+    wh[:, unit], bh[unit], wl[unit] = wh[:, unit] * widen, bh[unit] * widen, wl[unit] / widen
+    hidden_layer.set_weights([wh, bh])
+    logits_layer.set_weights([wl * CONFIDENCE, bl * CONFIDENCE])
+    model = keras.Model(pixels, layers.Softmax(name="probabilities")(logits))
+    graph_def, inputs, outputs = freeze_keras(model)
+    return graph_def, inputs[0], outputs[0], (x_train, y_train), (x_test, y_test)

@@ -1,11 +1,12 @@
 """The lowest output cosine: each output judged on its own, so a small output that loses is not
-hidden by a large one; one function for the automatic step, the accuracy passes and tune()."""
+hidden by a large one; tune() judges by it.  Its scale-aware form (the automatic step and the
+accuracy passes): noise alone leaves it at the cosine, a shrunk output reads its norm ratio."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ratelnn.metrics import lowest_cosine, output_cosines
+from ratelnn.metrics import lowest_agreement, lowest_cosine, norm_ratios, output_agreements, output_cosines
 from ratelnn.tune import cosine_metric
 
 pytestmark = pytest.mark.no_tf_math
@@ -34,3 +35,18 @@ def test_all_zero_outputs_and_mismatched_counts():
 
 def test_one_function_judges_everywhere():
     assert cosine_metric is lowest_cosine
+
+
+def test_agreement_is_the_cosine_unless_the_output_shrinks():
+    rng = np.random.default_rng(0)
+    scores = rng.uniform(0, 1, (64, 1000))
+    noisy = scores + rng.normal(0, 0.2, scores.shape)          # zero-mean noise: the norm grows
+    shrunk = 0.4 * scores + rng.normal(0, 0.01, scores.shape)  # the cosine barely moves, the scale does
+    cos = output_cosines([noisy, shrunk], [scores, scores])
+    agreements = output_agreements([noisy, shrunk], [scores, scores])
+    assert cos[0] < 0.96 and agreements[0] == cos[0]
+    ratio = norm_ratios([shrunk], [scores])[0]
+    assert cos[1] > 0.99 and agreements[1] == pytest.approx(ratio) and ratio < 0.41
+    assert output_agreements([2.5 * scores], [scores])[0] == pytest.approx(1.0)   # growth is the cosine's
+    assert lowest_agreement([noisy, shrunk], [scores, scores]) == agreements[1]
+    assert output_agreements([np.zeros(4)], [np.ones(4)]) == [0.0] and lowest_agreement([], []) == 1.0

@@ -164,7 +164,7 @@ def _held_out_as(fit: np.ndarray, held: np.ndarray) -> np.ndarray:
     return sample
 
 
-def test_passes_lowering_the_held_out_cosine_are_not_applied():
+def test_passes_lowering_the_held_out_agreement_are_not_applied():
     """Every 4th sample of the kept sample is held out: a correction fitted on samples unlike
     them (here shifted by +3) lowers their output cosine, so it is not applied (with a warning);
     fitted on samples like them, it is."""
@@ -172,15 +172,15 @@ def test_passes_lowering_the_held_out_cosine_are_not_applied():
     g = _graph()
     q = quantize(g, _stats(g), CONFIG)
     config = dict(CONFIG, bias_correction="empirical")
-    with pytest.warns(UserWarning, match="lowered the lowest output cosine on the 16 held-out"):
+    with pytest.warns(UserWarning, match="lowered the lowest output agreement on the 16 held-out"):
         out = apply_passes(g, q, config, {"x": _held_out_as(_data(48, 30) + 3.0, _data(16, 31))})
     check = out.meta["accuracy_passes"]
-    assert check["applied"] == "none" and check["held_out_cosine"]["bias_correction"] < check["held_out_cosine"]["none"]
+    assert check["applied"] == "none" and check["held_out_agreement"]["bias_correction"] < check["held_out_agreement"]["none"]
     assert all(np.array_equal(out.params[k], q.params[k]) for k in q.params)
     out = apply_passes(g, q, config, {"x": _held_out_as(_data(48, 32), _data(16, 33))})
     check = out.meta["accuracy_passes"]
     assert check["applied"] == "bias_correction", check
-    assert check["held_out_cosine"]["bias_correction"] >= check["held_out_cosine"]["none"]
+    assert check["held_out_agreement"]["bias_correction"] >= check["held_out_agreement"]["none"]
 
 
 def test_a_walk_past_its_time_limit_stops_naming_the_layer_and_leaves_the_graph_alone():
