@@ -23,6 +23,7 @@ import numpy as np
 from ..calibration.split import split_sample
 from ..ir import Graph
 from ..ir.evaluate import evaluate
+from ..ir.registry import QDQ_OPS
 from ..metrics.cosine import output_agreements
 from .adaround import adaround
 from .bias_correction import correct_biases, correct_biases_analytic
@@ -38,7 +39,7 @@ def softmax_logits(graph: Graph) -> List[str]:
     logits = []
     for tensor in graph.outputs:
         node = graph.producer(tensor)
-        while node is not None and node.op in ("Quant", "Dequant"):
+        while node is not None and node.op in QDQ_OPS:
             node = graph.producer(node.inputs[0])
         if node is not None and node.op == "Softmax":
             logits.append(node.inputs[0])

@@ -2,6 +2,7 @@
 (as a runtime's pool threads do after a run) holds the next turn until it stops."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import time
@@ -10,8 +11,11 @@ import pytest
 
 from helpers.paths import BENCH
 
-sys.path.insert(0, str(BENCH))
-from isolated import process_cpu_seconds, wait_until_idle  # noqa: E402
+# bench/isolated.py loaded from its file (no import-path edit: tests/packaging/test_no_sys_path_edits.py)
+_spec = importlib.util.spec_from_file_location("isolated", BENCH / "isolated.py")
+isolated = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(isolated)
+process_cpu_seconds, wait_until_idle = isolated.process_cpu_seconds, isolated.wait_until_idle
 
 SPIN_SECONDS = 0.3
 
