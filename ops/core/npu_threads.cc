@@ -4,12 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 namespace ratelnn {
 namespace npu {
@@ -38,29 +35,36 @@ void poll_until(Done done) {
   }
 }
 
-// One parallel_for call: its chunks, split into one contiguous range per participant (the
-// caller is participant 0, helpers number themselves as they join), the first error, and a
-// countdown of unfinished chunks.  Each participant runs its own range first, then takes
-// what is left of the others' (the same cursors, so every chunk runs once).  Own ranges first
-// keep the work of consecutive instructions on the same thread where the split is the same:
-// the rows a thread wrote stay in its core's cache for the next layer (docs/architecture.md §7).
+// One participant's share of a Job's chunks, on a cache line of its own: the participant
+// claims from it; another claims there only after its own range ran out (stealing).
+struct alignas(64) Range {
+  std::atomic<int> cursor;  // next chunk to claim
+  int limit;                // end of the range
+  std::atomic<bool> left;   // a helper's: set when it is done with the Job
+};
+
+// One parallel_for call, on the caller's stack.  The caller fills it, offers it to idle
+// workers through their slots (Pool::offer) and runs its own range, then the others'
+// leftovers; a helper that took the offer does the same from its range and sets its `left`.
+// A hand-off thus costs a worker about one cache line from the caller per field group (slot,
+// header, its range, f's captures) and the caller one line back: where the two cores sit on
+// different chiplets each line is ~170 ns, so the hand-off is a few lines, not a mutex, a
+// queue and a counter (docs/architecture.md §7, threads).
 struct Job {
-  const std::function<void(int64_t, int64_t)>* f;
-  int64_t total, chunk;
+  const std::function<void(int64_t, int64_t)>* f = nullptr;
+  int64_t total = 0, chunk = 1;
   int chunks = 0, parts = 1;
-  std::atomic<int> cursor[kMaxWorkers + 1];  // next chunk of each participant's range
-  int limit[kMaxWorkers + 1];                // end of each participant's range
-  std::atomic<int> joined{1};
-  std::atomic<int> remaining{0};
-  std::mutex mu;
-  std::condition_variable done;
-  std::exception_ptr error;
+  int part_of_slot[kMaxWorkers];  // the participant offered to each worker slot (those offered)
+  Range range[kMaxWorkers + 1];   // ranges 0 .. parts - 1 set by split()
+  std::mutex error_mu;
+  std::exception_ptr error;  // the first exception a chunk threw
 
   void split(int participants) {
     parts = participants;
     for (int p = 0; p < parts; ++p) {
-      cursor[p].store(int(int64_t(chunks) * p / parts), std::memory_order_relaxed);
-      limit[p] = int(int64_t(chunks) * (p + 1) / parts);
+      range[p].cursor.store(int(int64_t(chunks) * p / parts), std::memory_order_relaxed);
+      range[p].limit = int(int64_t(chunks) * (p + 1) / parts);
+      range[p].left.store(false, std::memory_order_relaxed);
     }
   }
 
@@ -69,22 +73,29 @@ struct Job {
     try {
       if (b < e) (*f)(b, e);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
+      std::lock_guard<std::mutex> lock(error_mu);
       if (!error) error = std::current_exception();
-    }
-    if (remaining.fetch_sub(1) == 1) {
-      std::lock_guard<std::mutex> lock(mu);
-      done.notify_all();
     }
   }
 
   // Participant p: its own range, then the others' leftovers, until no chunk is unclaimed.
+  // Own ranges first keep the work of consecutive instructions on the same thread where the
+  // split is the same: the rows a thread wrote stay in its core's cache for the next layer.
   void drain(int p) {
     for (int i = 0; i < parts; ++i) {
-      const int q = (p + i) % parts;
-      for (int k = cursor[q].fetch_add(1); k < limit[q]; k = cursor[q].fetch_add(1)) run_chunk(k);
+      Range& r = range[(p + i) % parts];
+      for (int k = r.cursor.fetch_add(1, std::memory_order_relaxed); k < r.limit;
+           k = r.cursor.fetch_add(1, std::memory_order_relaxed))
+        run_chunk(k);
     }
   }
+};
+
+// A worker's mailbox: the Job offered to it, taken by exchange (worker) or taken back by
+// compare-exchange (the caller, once its drain is over), so exactly one of them has it.
+struct alignas(64) Slot {
+  std::atomic<Job*> offer{nullptr};
+  std::atomic<bool> sleeping{false};
 };
 
 class Pool {
@@ -94,67 +105,80 @@ class Pool {
     return *pool;
   }
 
-  // Queue `helpers` requests to help drain `job`, starting workers as needed.
-  void submit(const std::shared_ptr<Job>& job, int helpers) {
-    std::lock_guard<std::mutex> lock(mu_);
-    start_workers(helpers);
-    for (int k = 0; k < helpers; ++k) queue_.push_back(job);
-    queued_.store(int(queue_.size()), std::memory_order_release);
-    wake_.notify_all();
+  // Offers `job` to up to `helpers` workers whose slots are free (starting workers as
+  // needed); writes the slots offered to `slots` and returns their count.
+  int offer(Job* job, int helpers, int* slots) {
+    if (started_.load(std::memory_order_acquire) < helpers) start_workers(helpers);
+    int offered = 0;
+    for (int k = 0; k < kMaxWorkers && offered < helpers && k < started_.load(std::memory_order_acquire); ++k) {
+      job->part_of_slot[k] = offered + 1;
+      Job* none = nullptr;
+      if (!slots_[k].offer.compare_exchange_strong(none, job)) continue;  // another caller's offer
+      slots[offered++] = k;
+      if (slots_[k].sleeping.load()) {  // seq_cst on both sides: a sleeper sees the offer or is woken
+        std::lock_guard<std::mutex> lock(mu_);
+        wake_.notify_all();
+      }
+    }
+    return offered;
   }
+
+  // Takes back the offer in slot k if its worker has not taken it; true if taken back.
+  bool take_back(int k, Job* job) { return slots_[k].offer.compare_exchange_strong(job, nullptr); }
 
   // Begin / end a polling period (PollWhileRunning) for `helpers` workers.
   void begin_polling(int helpers) {
-    std::lock_guard<std::mutex> lock(mu_);
     start_workers(helpers);
     polling_.fetch_add(1);
+    std::lock_guard<std::mutex> lock(mu_);
     wake_.notify_all();
   }
   void end_polling() { polling_.fetch_sub(1); }
   bool polling() const { return polling_.load(std::memory_order_relaxed) > 0; }
 
-  // Take back the requests for `job` no worker has picked up (its chunks are all claimed).
-  void withdraw(const Job* job) {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& j) { return j.get() == job; }),
-                 queue_.end());
-    queued_.store(int(queue_.size()), std::memory_order_release);
-  }
-
  private:
-  std::mutex mu_;
+  std::mutex mu_;  // guards starting workers and sleeping
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  std::vector<std::thread> workers_;
-  std::atomic<int> queued_{0};   // queue_.size(), readable without the lock
+  Slot slots_[kMaxWorkers];
+  std::atomic<int> started_{0};  // workers started (slots 0 .. started_ - 1 have one)
   std::atomic<int> polling_{0};  // live PollWhileRunning scopes
 
-  void start_workers(int helpers) {  // with mu_ held
-    while (int(workers_.size()) < std::min(helpers, kMaxWorkers)) {
-      workers_.emplace_back([this] { work(); });
-      workers_.back().detach();
+  void start_workers(int helpers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int k = started_.load(); k < std::min(helpers, kMaxWorkers); ++k) {
+      std::thread([this, k] { work(slots_[k], k); }).detach();
+      started_.store(k + 1, std::memory_order_release);
     }
   }
 
-  // Poll until a request is queued or the polling period ends.
-  void poll() {
-    poll_until([&] { return !polling() || queued_.load(std::memory_order_acquire) != 0; });
+  // Waits for an offer in `slot`: polling (pause rounds, yielding between them) while a
+  // polling period lasts, asleep otherwise.
+  void wait_for_offer(Slot& slot) {
+    for (;;) {
+      for (int k = 0; k < kPollSpins; ++k) {
+        if (slot.offer.load(std::memory_order_acquire) != nullptr) return;
+        cpu_relax();
+      }
+      if (polling()) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      slot.sleeping.store(true);
+      wake_.wait(lock, [&] { return slot.offer.load() != nullptr || polling(); });
+      slot.sleeping.store(false);
+    }
   }
 
-  void work() {
+  void work(Slot& slot, int k) {
     t_inside_pool_task = true;
     for (;;) {
-      poll();
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [&] { return !queue_.empty() || polling(); });
-        if (queue_.empty()) continue;  // woken to poll
-        job = queue_.front();
-        queue_.pop_front();
-        queued_.store(int(queue_.size()), std::memory_order_release);
-      }
-      job->drain(job->joined.fetch_add(1) % job->parts);
+      wait_for_offer(slot);
+      Job* job = slot.offer.exchange(nullptr, std::memory_order_acq_rel);
+      if (job == nullptr) continue;  // the caller took it back
+      const int p = job->part_of_slot[k];
+      job->drain(p);
+      job->range[p].left.store(true, std::memory_order_release);  // the last touch of job
     }
   }
 };
@@ -176,29 +200,25 @@ void parallel_for(int64_t total, int threads, const std::function<void(int64_t, 
     f(0, total);
     return;
   }
-  const int helpers = n - 1;
-  int chunks = int(std::min<int64_t>(total, int64_t(n) * kChunksPerThread));
-  auto job = std::make_shared<Job>();
-  job->f = &f;
-  job->total = total;
-  job->chunk = (total + chunks - 1) / chunks;
-  job->chunks = int((total + job->chunk - 1) / job->chunk);
-  job->remaining = job->chunks;
-  job->split(n);
+  Job job;
+  job.f = &f;
+  job.total = total;
+  job.chunks = int(std::min<int64_t>(total, int64_t(n) * kChunksPerThread));
+  job.chunk = (total + job.chunks - 1) / job.chunks;
+  job.chunks = int((total + job.chunk - 1) / job.chunk);
+  job.split(n);
   Pool& pool = Pool::get();
-  pool.submit(job, helpers);
-  bool was_inside = t_inside_pool_task;
+  int slots[kMaxWorkers];
+  const int offered = pool.offer(&job, n - 1, slots);
   t_inside_pool_task = true;  // nested parallel_for inside f runs inline
-  job->drain(0);
-  pool.withdraw(job.get());
-  t_inside_pool_task = was_inside;
-  if (pool.polling())  // a worker took the last chunks moments ago
-    poll_until([&] { return job->remaining.load(std::memory_order_acquire) == 0; });
-  {
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->done.wait(lock, [&] { return job->remaining.load() == 0; });
+  job.drain(0);
+  t_inside_pool_task = false;
+  for (int i = 0; i < offered; ++i) {  // every helper that took the job is done with it
+    if (pool.take_back(slots[i], &job)) continue;
+    const Range& r = job.range[job.part_of_slot[slots[i]]];
+    poll_until([&] { return r.left.load(std::memory_order_acquire); });
   }
-  if (job->error) std::rethrow_exception(job->error);
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 }  // namespace npu

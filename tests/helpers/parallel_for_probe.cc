@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/npu_threads.h"
 
@@ -48,5 +49,31 @@ int ratelnn_probe_parallel_for(int64_t total, int threads, int64_t sleep_us, int
   counts[0] = on_caller, counts[1] = on_other, counts[2] = nested_moved;
   counts[3] = first_caller, counts[4] = first_other;
   return 0;
+}
+
+// `callers` threads at once, each making `rounds` parallel_for calls over [0, total) with
+// `threads` threads (inside a polling period when `polling`): returns the number of calls
+// whose units were not each run exactly once (0 when the pool hands every call's chunks out
+// right while other callers share it).
+int64_t ratelnn_probe_concurrent_callers(int callers, int rounds, int64_t total, int threads, int polling) {
+  std::atomic<int64_t> bad{0};
+  std::vector<std::thread> pool;
+  for (int c = 0; c < callers; ++c) {
+    pool.emplace_back([&] {
+      std::vector<std::atomic<int>> runs(total);
+      for (int r = 0; r < rounds; ++r) {
+        for (auto& x : runs) x = 0;
+        if (polling) {
+          ratelnn::npu::PollWhileRunning poll(threads);
+          ratelnn::npu::parallel_for(total, threads, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) ++runs[i]; });
+        } else {
+          ratelnn::npu::parallel_for(total, threads, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) ++runs[i]; });
+        }
+        for (auto& x : runs) if (x != 1) { ++bad; break; }
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  return bad;
 }
 }

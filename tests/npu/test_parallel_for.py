@@ -28,6 +28,7 @@ def probe():
         if fn(TOTAL, threads, sleep_us, throw_at, ctypes.byref(total_sum), counts, err, len(err)) != 0:
             raise RuntimeError(err.value.decode())
         return total_sum.value, dict(zip(("caller", "pool", "nested moved", "caller first", "pool first"), counts))
+    run.library = str(path)
     return run
 
 
@@ -58,3 +59,15 @@ def test_an_exception_in_a_chunk_reaches_the_caller(probe):
         with pytest.raises(RuntimeError, match=f"unit {throw_at} failed"):
             probe(2, sleep_us=500, throw_at=throw_at)
     assert probe(2)[0] == TOTAL * (TOTAL - 1) // 2   # the pool still works
+
+
+@pytest.mark.parametrize("polling", [0, 1])
+def test_callers_on_several_threads_share_the_pool(probe, polling):
+    """Three threads calling at once, with 2 and 4 threads each, asleep and polling workers:
+    every call runs each of its units exactly once (a worker offered one caller's call while
+    busy with another's must never run a chunk twice, lose one, or touch a finished call)."""
+    fn = ctypes.CDLL(probe.library).ratelnn_probe_concurrent_callers
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int64
+    for threads in (2, 4):
+        assert fn(3, 300, 37, threads, polling) == 0
