@@ -11,6 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "core/npu_threads.h"
 
 extern "C" {
@@ -75,5 +80,42 @@ int64_t ratelnn_probe_concurrent_callers(int callers, int rounds, int64_t total,
   }
   for (auto& t : pool) t.join();
   return bad;
+}
+
+// The caller pinned to its CPU and every other thread of the process (the pool's workers) put
+// on that CPU too, then let run anywhere again (so it stays there until moved), before each of
+// `calls` two-thread parallel_for calls of two chunks that spin ~2 ms each.  Returns how many
+// chunks another thread ran on the caller's CPU (0 when a worker moves off the caller's
+// CPU), or -1 where this cannot be arranged (one CPU).
+int64_t ratelnn_probe_worker_on_caller_cpu(int calls) {
+  cpu_set_t all, mine;
+  if (sched_getaffinity(0, sizeof(all), &all) != 0 || CPU_COUNT(&all) < 2) return -1;
+  const int cpu = sched_getcpu();
+  CPU_ZERO(&mine);
+  CPU_SET(cpu, &mine);
+  sched_setaffinity(0, sizeof(mine), &mine);
+  ratelnn::npu::parallel_for(2, 2, [](int64_t, int64_t) {});  // the pool's worker exists
+  const pid_t self = pid_t(syscall(SYS_gettid));
+  std::atomic<int64_t> shared{0};
+  for (int c = 0; c < calls; ++c) {
+    if (DIR* dir = opendir("/proc/self/task")) {
+      while (dirent* e = readdir(dir)) {
+        const pid_t tid = pid_t(std::atoi(e->d_name));
+        if (tid <= 0 || tid == self) continue;
+        sched_setaffinity(tid, sizeof(mine), &mine);
+        sched_setaffinity(tid, sizeof(all), &all);
+      }
+      closedir(dir);
+    }
+    const std::thread::id caller = std::this_thread::get_id();
+    ratelnn::npu::parallel_for(2, 2, [&](int64_t, int64_t) {
+      const auto start = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2)) {
+      }
+      if (std::this_thread::get_id() != caller && sched_getcpu() == cpu) ++shared;
+    });
+  }
+  sched_setaffinity(0, sizeof(all), &all);
+  return shared;
 }
 }

@@ -71,3 +71,15 @@ def test_callers_on_several_threads_share_the_pool(probe, polling):
     fn.restype = ctypes.c_int64
     for threads in (2, 4):
         assert fn(3, 300, 37, threads, polling) == 0
+
+
+def test_a_worker_on_the_callers_cpu_moves_off_it(probe):
+    """A worker the scheduler put on the caller's CPU (as Linux does when the caller wakes it)
+    moves to another CPU before it runs its chunks, instead of taking turns with the caller."""
+    import os
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    fn = ctypes.CDLL(probe.library).ratelnn_probe_worker_on_caller_cpu
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int64
+    assert fn(20) == 0
