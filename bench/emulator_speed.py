@@ -66,9 +66,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import core_hop
 from _report import cpu_name, write_section
 from isolated import Contender, Local, wait_until_idle
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -285,13 +286,15 @@ def compiled_contender(conv, input_tensor: str, output_tensor: str, threads: int
 
 # ------------------------------------------------------------------ timing
 def time_interleaved(contenders: Dict[str, object], repeats: int, calls: int,
-                     warmup: int = 2) -> Dict[str, Tuple[float, float]]:
+                     warmup: int = 2, rounds: Optional[List[dict]] = None) -> Dict[str, Tuple[float, float]]:
     """Per contender (``turn(n)`` -> seconds of n consecutive calls: an
     :class:`isolated.Contender` or :class:`isolated.Local`), ``(steady, first)`` median seconds
     per call over ``repeats`` rounds, order rotating: each round gives every contender a turn of
     ``calls`` consecutive calls, begun once the others' processes are idle (``wait_until_idle``:
     a runtime's pool threads spin on after its turn); ``first`` is the first call of a turn
-    (right after another contender), ``steady`` the others (the same model called back to back)."""
+    (right after another contender), ``steady`` the others (the same model called back to back).
+    With ``rounds`` a list, each round appends ``{"hop_ns": core-to-core hop sampled before the
+    round (bench/core_hop.py), "steady": {name: steady seconds}}`` to it."""
     for contender in contenders.values():
         contender.turn(warmup)
     names = list(contenders)
@@ -299,11 +302,15 @@ def time_interleaved(contenders: Dict[str, object], repeats: int, calls: int,
     first = {name: [] for name in names}
     for r in range(repeats):
         shift = r % len(names)
+        this_round = {"hop_ns": core_hop.hop_ns() if rounds is not None else None, "steady": {}}
         for name in names[shift:] + names[:shift]:
             wait_until_idle(contenders.values())
             seconds = contenders[name].turn(calls)
             first[name].append(seconds[0])
             steady[name].extend(seconds[1:])
+            this_round["steady"][name] = seconds[1:]
+        if rounds is not None:
+            rounds.append(this_round)
     return {name: (statistics.median(steady[name] or first[name]), statistics.median(first[name])) for name in names}
 
 
@@ -399,6 +406,7 @@ def report(results, profiles, args, command: str, peak: Dict[str, float], conver
                      f"{m['compiled (ONNX)'] / m['ORT int8']:.2f} | "
                      f"{gmacs:.1f} | {100 * gmacs / peak_total:.0f} % | "
                      f"{r['first']['compiled'] / r['first']['TFLite int8']:.2f} |")
+    lines += hop_lines(results)
     if conversions:
         lines += ["", "Conversion time (same run; `to_npu()` after calibration, the TFLite converter's "
                   f"`convert()` and ORT's `quant_pre_process` + `quantize_static` with their own calibration on "
@@ -414,6 +422,35 @@ def report(results, profiles, args, command: str, peak: Dict[str, float], conver
         for (arch, batch), rows in profiles.items():
             lines.append(f"- {arch}, batch {batch}: " + " ".join(profile_summary(rows)))
     return "\n".join(lines)
+
+
+def hop_lines(results) -> List[str]:
+    """The report's table of the core-to-core hop sampled before each round, and the compiled
+    model against the fastest peer over the rounds of each state alone (every contender's
+    steady calls of those rounds; "-" where no round saw that state)."""
+    if not any(h is not None for r in results for h in (x["hop_ns"] for x in r["rounds"])):
+        return []
+    lines = ["", "Core-to-core hop before each round (bench/core_hop.py: one cache line bounced between "
+             f"threads on the first two CPUs, one way; above {core_hop.FAR_NS:.0f} ns the two share no cache "
+             "level, e.g. different chiplets; docs/benchmarks.md, \"Two-core episodes\"), and compiled / "
+             "fastest peer over the rounds of each state alone:", "",
+             "| model | batch | hop ns (median, min-max) | rounds far / all | compiled / fastest peer: near rounds | "
+             "far rounds |", "|---|---:|---:|---:|---:|---:|"]
+
+    def ratio(rounds) -> str:
+        if not rounds:
+            return "-"
+        med = {k: statistics.median([t for x in rounds for t in x["steady"][k]]) for k in rounds[0]["steady"]}
+        fastest = min(PEERS, key=lambda k: med[k])
+        return f"{med['compiled'] / med[fastest]:.2f} ({fastest})"
+
+    for r in results:
+        hops = [x["hop_ns"] for x in r["rounds"] if x["hop_ns"] is not None]
+        far = [x for x in r["rounds"] if x["hop_ns"] is not None and x["hop_ns"] > core_hop.FAR_NS]
+        near = [x for x in r["rounds"] if x["hop_ns"] is not None and x["hop_ns"] <= core_hop.FAR_NS]
+        lines.append(f"| {r['arch']} | {r['batch']} | {statistics.median(hops):.0f} ({min(hops):.0f}-{max(hops):.0f}) | "
+                     f"{len(far)} / {len(hops)} | {ratio(near)} | {ratio(far)} |")
+    return lines
 
 
 def main() -> int:
@@ -468,14 +505,15 @@ def main() -> int:
                 conversions.append((arch, batch_size, to_npu_s, to_npu_onnx_s, TFLITE_CONVERT_SECONDS[model.name],
                                     ort_s))
             try:
-                timed = time_interleaved(contenders, args.repeats, args.calls)
+                rounds: List[dict] = []
+                timed = time_interleaved(contenders, args.repeats, args.calls, rounds=rounds)
             finally:
                 for contender in contenders.values():
                     contender.close()
             medians = {k: v[0] for k, v in timed.items()}
             results.append({"arch": arch, "batch": batch_size, "medians": medians, "how": how,
                             "first": {k: v[1] for k, v in timed.items()},
-                            "macs": engine_macs(compiled_ir, batch_size)})
+                            "macs": engine_macs(compiled_ir, batch_size), "rounds": rounds})
             print(f"{arch} batch {batch_size}: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in medians.items())
                   + f"; compiled/TF {medians['compiled'] / medians['TF FP32']:.2f}, "
                   f"compiled/TFLite {medians['compiled'] / medians['TFLite int8']:.2f}, "
