@@ -31,6 +31,7 @@ namespace {
 constexpr int kNR = 16;  // output channels per weight block
 constexpr int kMR = 6;   // pixels per GEMM micro-tile
 constexpr int kMT = 48;  // pixels per packed im2col tile
+constexpr int64_t kPixelSplitWeights = 6;  // weights / activations below which few tiles split by pixels
 constexpr int64_t kMinParallelMacs = int64_t(1) << 16;  // smaller convs run on the calling thread
 constexpr int64_t kDepthwiseScratchBytes = int64_t(8) << 20;  // padded samples per depthwise pass
 constexpr int64_t kKC = 256;  // k pairs per weight sub-block (16 KiB: stays in L1 across a tile)
