@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -224,10 +225,20 @@ class _Remedies:
         self.user_layers = list(conv.config["layer_configs"])
         # equalization on or off -> (converter of that float graph, its statistics)
         self.bases = {bool(conv.config["equalization"]): (conv, stats)}
-        all_int8 = dict(conv.config, auto_int16=False)
-        self.baseline_quantized = set(make_plan(conv.graph, all_int8).quantized_nodes)
-        self.baseline = self.latency(conv.quantize(stats, all_int8), conv.config)
-        self.limit = None if self.baseline is None else self.baseline * float(conv.config["accuracy_auto_latency_ratio"])
+        self.all_int8 = dict(conv.config, auto_int16=False)
+        self.baseline_quantized = set(make_plan(conv.graph, self.all_int8).quantized_nodes)
+
+    @functools.cached_property
+    def baseline(self) -> Optional[float]:
+        """Predicted seconds of the all-int8 model (None: no engine); priced once asked for (a
+        build that meets the bound and keeps its plain build never asks)."""
+        return self.latency(self.conv.quantize(self.bases[bool(self.conv.config["equalization"])][1], self.all_int8),
+                            self.conv.config)
+
+    @functools.cached_property
+    def limit(self) -> Optional[float]:
+        """The remedies' latency budget, seconds (None: not priced)."""
+        return None if self.baseline is None else self.baseline * float(self.conv.config["accuracy_auto_latency_ratio"])
 
     def converter(self, settings: Mapping[str, Any]):
         """(converter of ``settings``, the statistics it quantizes from)."""
@@ -288,16 +299,16 @@ class _Remedies:
         part (whose samples, like the held-out ones, only fed the statistics the thresholds
         come from; three times as many), else the plain build."""
         config = self.conv.config
-        fit_before, fit_reference = qdq_agreement(self.conv.graph, qgraph, config, self.fit)
-        best, note = (before, {}, qgraph), "plain build kept"
+        best, note, plain_fit = (before, {}, qgraph), "plain build kept", None
         for method in (m for m in AUTO_METHODS if m != config["quantize_algorithm"]):
             settings = {"quantize_algorithm": method}
             cosine, q, _ = self.judge(settings)
             if cosine is None or cosine <= best[0] + MIN_GAIN or not clearly_better(cosine, before):
                 continue
-            fit = qdq_agreement(self.conv.graph, q, self.converter(settings)[0].config, self.fit, fit_reference)[0]
-            LOG.debug("accuracy_auto: %s on the fit part %.4f (plain build %.4f)", describe(settings), fit, fit_before)
-            if clearly_better(fit, fit_before):
+            plain_fit = plain_fit or qdq_agreement(self.conv.graph, qgraph, config, self.fit)
+            fit = qdq_agreement(self.conv.graph, q, self.converter(settings)[0].config, self.fit, plain_fit[1])[0]
+            LOG.debug("accuracy_auto: %s on the fit part %.4f (plain build %.4f)", describe(settings), fit, plain_fit[0])
+            if clearly_better(fit, plain_fit[0]):
                 best, note = (cosine, settings, q), "bound met; clearly better on the held-out and the fit part"
         cosine, settings, q = best
         return q, AutoDecision(before, cosine, settings, self.latency_ratio(q, settings), n_held, self.bound, note)
