@@ -230,8 +230,7 @@ class _Remedies:
 
     @functools.cached_property
     def baseline(self) -> Optional[float]:
-        """Predicted seconds of the all-int8 model (None: no engine); priced once asked for (a
-        build that meets the bound and keeps its plain build never asks)."""
+        """Predicted seconds of the all-int8 model (None: no engine), priced when first asked for."""
         return self.latency(self.conv.quantize(self.bases[bool(self.conv.config["equalization"])][1], self.all_int8),
                             self.conv.config)
 
@@ -297,12 +296,12 @@ class _Remedies:
         (:data:`AUTO_METHODS`, from the same histograms), the best on the held-out part kept
         when it is confirmed twice (:func:`clearly_better`) on the held-out part and on the fit
         part (whose samples, like the held-out ones, only fed the statistics the thresholds
-        come from; three times as many), else the plain build."""
+        come from; three times as many) and within the latency budget, else the plain build."""
         config = self.conv.config
         best, note, plain_fit = (before, {}, qgraph), "plain build kept", None
         for method in (m for m in AUTO_METHODS if m != config["quantize_algorithm"]):
             settings = {"quantize_algorithm": method}
-            cosine, q, _ = self.judge(settings)
+            cosine, q, _ = self.judge(settings, limited=True)   # auto_int16 may promote other tensors
             if cosine is None or cosine <= best[0] + MIN_GAIN or not clearly_better(cosine, before):
                 continue
             plain_fit = plain_fit or qdq_agreement(self.conv.graph, qgraph, config, self.fit)

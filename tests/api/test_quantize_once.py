@@ -18,7 +18,7 @@ from ratelnn.tune.auto import AUTO_METHODS, with_settings
 from helpers.stats import small_graph_def
 
 SHAPE = (4, 8, 8, 3)
-MAX_REFINE_BUILDS = len(AUTO_METHODS) + 1   # the bound met: the other methods, the all-int8 model if one is kept
+MAX_REFINE_BUILDS = len(AUTO_METHODS) + 1   # the bound met: the other methods, the all-int8 model priced
 
 
 @pytest.fixture
