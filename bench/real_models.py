@@ -22,7 +22,9 @@ window in both).  For each model:
   representative dataset of the calibration inputs (one at a time), nothing else set; ONNX
   Runtime's ``quantize_static`` (QDQ, int8, per-channel weights, MinMax) for ONNX graphs;
   acceptance also asks that the default build is not below the peer (cosine, or detectors'
-  mean matched IoU; the verdict says by how much; a peer that fails to convert is no peer);
+  mean matched IoU; the verdict says by how much and, judged by cosine, the 95 % bootstrap
+  interval of that gap over the evaluation inputs, ``ratelnn.metrics.cosine_gap_interval``; a peer that fails
+  to convert is no peer);
 - the engines the compiled model has and, for each split, the op between two engines and why
   the NPU does not run it (``meta["engine_splits"]`` of the compiled graph).
 
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from agraph.pretrained import cosine, package_version, run_batches  # noqa: E402
+from ratelnn.metrics import cosine_gap_interval  # noqa: E402
 
 COSINE_BOUND = 0.98
 
@@ -145,17 +148,17 @@ class TFLiteRunner:
         return order
 
 
-def tflite_cosine(model, graph_def, inputs, outputs, x_cal, x_test, fp32) -> float:
-    """Lowest cosine over the FP32 outputs of TFLite's model, each FP32 output matched to
-    the unused TFLite output of its shape that agrees best."""
+def tflite_outputs(model, graph_def, inputs, outputs, x_cal, x_test, fp32) -> list:
+    """TFLite's model's outputs on ``x_test``, in the order of the FP32 outputs ``fp32``: each
+    matched to the unused TFLite output of its shape that agrees best."""
     from tune import tflite_source
     content = tflite_model(lambda: tflite_source(model.name, graph_def, inputs, outputs, x_cal.shape[1:]), x_cal)
-    got, used, worst = TFLiteRunner(content)(x_test), set(), 1.0
+    got, used, ordered = TFLiteRunner(content)(x_test), set(), []
     for f in fp32:
-        best, k = max((cosine(f, g), k) for k, g in enumerate(got) if k not in used and g.shape == f.shape)
+        _, k = max((cosine(f, g), k) for k, g in enumerate(got) if k not in used and g.shape == f.shape)
         used.add(k)
-        worst = min(worst, best)
-    return worst
+        ordered.append(got[k])
+    return ordered
 
 
 # ---------------------------------------------------------------- rows
@@ -208,10 +211,13 @@ def tf_graph_row(model) -> dict:
         row["passed"], row["score"] = row["npu"] >= COSINE_BOUND, row["npu"]
         row["stage"] = "TFLite"
         try:
-            row["peer_score"] = tflite_cosine(model, graph_def, inputs, outputs, x_cal, x_test, fp32)
-            row["peer"] = f"TFLite {row['peer_score']:.4f}"
+            peer = tflite_outputs(model, graph_def, inputs, outputs, x_cal, x_test, fp32)
         except Exception as e:  # noqa: BLE001  the peer's failure is a result, not a bug here
             row["peer"] = f"TFLite failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}"
+            return
+        row["peer_score"] = min(cosine(f, p) for f, p in zip(fp32, peer))
+        row["peer"] = f"TFLite {row['peer_score']:.4f}"
+        row["gap_interval"] = cosine_gap_interval(fp32, npu, peer)
     return guarded(new_row(model.name, "regressor/classifier", f"{model.distribution} "
                            f"{package_version(model.distribution)}", model.licence, model.inputs_from), body)
 
@@ -257,6 +263,7 @@ def onnx_graph_row(model) -> dict:
                             x_test, model.batch)[0]
         row["peer_score"] = cosine(reference, peer)
         row["peer"] = f"ORT {row['peer_score']:.4f}"
+        row["gap_interval"] = cosine_gap_interval([reference], [npu], [peer])
     return guarded(new_row(model.name, "regressor/classifier" if model.kind != "det" else "text map (judged by cosine)",
                            f"{model.distribution} {model.version}", model.licence, model.inputs_from), body)
 
@@ -374,7 +381,9 @@ def verdict(row: dict) -> str:
         return ("met" if row["passed"] else "NOT met") + " (no peer)"
     gap = row["score"] - peer
     met = row["passed"] and gap >= 0
-    return f"{'met' if met else 'NOT met'} ({'not below' if gap >= 0 else 'below'} the peer: {gap:+.4f})"
+    spread = ("" if "gap_interval" not in row else
+              "; 95 % bootstrap interval over the evaluation inputs {:+.4f} to {:+.4f}".format(*row["gap_interval"]))
+    return f"{'met' if met else 'NOT met'} ({'not below' if gap >= 0 else 'below'} the peer: {gap:+.4f}{spread})"
 
 
 def table(rows) -> str:
@@ -436,7 +445,9 @@ def main() -> int:
             "compared by `ratelnn.metrics.compare_detections` (greedy IoU matching; `lost`: FP32 detections >= "
             "0.5 the compiled model misses or scores below 0.5, of all FP32 detections >= 0.5), acceptance mean "
             "matched IoU >= 0.9 and none lost; in both cases also not below the peer (its cosine, or its mean "
-            "matched IoU; `acceptance` says by how much; a peer that fails to convert counts as no peer). Peer: TFLite PTQ with its defaults (`optimizations=[DEFAULT]`, "
+            "matched IoU; `acceptance` says by how much and, judged by cosine, the 95 % bootstrap interval of that "
+            "gap over the evaluation inputs, `ratelnn.metrics.cosine_gap_interval`; a peer that fails to convert counts "
+            "as no peer). Peer: TFLite PTQ with its defaults (`optimizations=[DEFAULT]`, "
             "representative dataset = the calibration inputs) for TF graphs, ONNX Runtime `quantize_static` (QDQ "
             "int8, per-channel, MinMax) for ONNX graphs (TFLite does not take them), same calibration inputs, "
             "judged the same way. `engines`: engines of the default build; `splits`: the CPU ops between two "

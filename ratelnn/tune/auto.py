@@ -11,8 +11,13 @@ remedy that shrinks an output a consumer compares with a threshold is not taken 
 logits of an output a ``Softmax`` produces judged beside it,
 :func:`~ratelnn.quantization.accuracy.softmax_logits`, since a confident softmax hides what they
 lose; the lowest, so a small output that loses is not hidden by a large one that keeps its
-values).  At or above ``accuracy_auto_cosine`` the plain
-build is kept (one check, no search).
+values).  At or above ``accuracy_auto_cosine`` (:meth:`_Remedies.refine`), with the config's
+threshold method the default, the other methods are tried from the same histograms (the
+same int8 plan): the best is kept when it leaves at most :data:`CLEAR_ERROR_SHARE` of the
+plain build's error (1 - figure), gaining :data:`CLEAR_MIN_GAIN` or more, on the held-out part
+and on the fit part too (both parts
+only fed the statistics; two looks, the second three times as large, so a method that gains
+on a few held-out samples by chance is not taken); else the plain build is kept.
 Below it, in order of cost, each step kept when it raises that figure by more than
 :data:`~ratelnn.tune.search.MIN_GAIN`, stopping once the bound is met:
 
@@ -54,6 +59,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -65,7 +71,7 @@ import numpy as np
 
 from ..calibration.manifest import start_fresh
 from ..calibration.stats import load_statistics
-from ..config import normalize
+from ..config import DEFAULTS, normalize
 from ..errors import RatelError
 from ..ir import Graph
 from ..ir.evaluate import EvaluationError
@@ -85,6 +91,8 @@ from .search import MIN_GAIN
 AUTO_METHODS = ("mse", "percentile", "kld")   # tried after the config's own method
 EQUALIZED_DIR = os.path.join("auto", "equalization")   # under output_dir: the equalized graph's statistics
 LOG = logging.getLogger("ratelnn.accuracy_auto")
+CLEAR_ERROR_SHARE = 0.5   # bound met: another method is kept when it leaves at most this share of the error
+CLEAR_MIN_GAIN = 1e-3     # ... and raises the figure by at least this much (0.9997 -> 0.9999 is no reason)
 MAX_LINE_KEYS = 240   # characters of the decision's keys the line shows; longer: named, not shown
 NOT_BUILT, OVER_LIMIT = "not built", "over the latency limit"   # why a candidate has no cosine
 
@@ -185,11 +193,14 @@ def auto_quantize(conv, stats: Mapping[str, Any]) -> Tuple[Graph, AutoDecision]:
                                     f"not checked: the float outputs on the held-out samples are all below one "
                                     f"quantization step of the outputs ({step:.3g}): their cosine says nothing; "
                                     "plain build kept")
-    if before >= bound:
+    if before >= bound and config["quantize_algorithm"] != DEFAULTS["quantize_algorithm"]:   # the user's method
         return qgraph, AutoDecision(before, before, {}, 1.0, n_held, bound, "plain build kept")
     with warnings.catch_warnings():   # every method on every tensor: no warning per try
         warnings.simplefilter("ignore")
-        return _Remedies(conv, stats, sample, reference, bound).run(qgraph, before, n_held)
+        remedies = _Remedies(conv, stats, sample, reference, bound)
+        if before >= bound:
+            return remedies.refine(qgraph, before, n_held)
+        return remedies.run(qgraph, before, n_held)
 
 
 def below_one_step(qgraph: Graph, reference) -> Optional[float]:
@@ -214,10 +225,19 @@ class _Remedies:
         self.user_layers = list(conv.config["layer_configs"])
         # equalization on or off -> (converter of that float graph, its statistics)
         self.bases = {bool(conv.config["equalization"]): (conv, stats)}
-        all_int8 = dict(conv.config, auto_int16=False)
-        self.baseline_quantized = set(make_plan(conv.graph, all_int8).quantized_nodes)
-        self.baseline = self.latency(conv.quantize(stats, all_int8), conv.config)
-        self.limit = None if self.baseline is None else self.baseline * float(conv.config["accuracy_auto_latency_ratio"])
+        self.all_int8 = dict(conv.config, auto_int16=False)
+        self.baseline_quantized = set(make_plan(conv.graph, self.all_int8).quantized_nodes)
+
+    @functools.cached_property
+    def baseline(self) -> Optional[float]:
+        """Predicted seconds of the all-int8 model (None: no engine), priced when first asked for."""
+        return self.latency(self.conv.quantize(self.bases[bool(self.conv.config["equalization"])][1], self.all_int8),
+                            self.conv.config)
+
+    @functools.cached_property
+    def limit(self) -> Optional[float]:
+        """The remedies' latency budget, seconds (None: not priced)."""
+        return None if self.baseline is None else self.baseline * float(self.conv.config["accuracy_auto_latency_ratio"])
 
     def converter(self, settings: Mapping[str, Any]):
         """(converter of ``settings``, the statistics it quantizes from)."""
@@ -269,11 +289,36 @@ class _Remedies:
                 best = self.reconsider(best)
                 note = "bound met" if best[0] >= self.bound else note
         cosine, settings, q = best
-        ratio = None
-        if settings and self.baseline:
-            latency = self.latency(q, self.converter(settings)[0].config)
-            ratio = None if latency is None else latency / self.baseline
-        return q, AutoDecision(before, cosine, settings, ratio, n_held, self.bound, note)
+        return q, AutoDecision(before, cosine, settings, self.latency_ratio(q, settings), n_held, self.bound, note)
+
+    def refine(self, qgraph: Graph, before: float, n_held: int) -> Tuple[Graph, AutoDecision]:
+        """The bound met (the config's method the default one): the other threshold methods
+        (:data:`AUTO_METHODS`, from the same histograms), the best on the held-out part kept
+        when it is confirmed twice (:func:`clearly_better`) on the held-out part and on the fit
+        part (whose samples, like the held-out ones, only fed the statistics the thresholds
+        come from; three times as many) and within the latency budget, else the plain build."""
+        config = self.conv.config
+        best, note, plain_fit = (before, {}, qgraph), "plain build kept", None
+        for method in (m for m in AUTO_METHODS if m != config["quantize_algorithm"]):
+            settings = {"quantize_algorithm": method}
+            cosine, q, _ = self.judge(settings, limited=True)   # auto_int16 may promote other tensors
+            if cosine is None or cosine <= best[0] + MIN_GAIN or not clearly_better(cosine, before):
+                continue
+            plain_fit = plain_fit or qdq_agreement(self.conv.graph, qgraph, config, self.fit)
+            fit = qdq_agreement(self.conv.graph, q, self.converter(settings)[0].config, self.fit, plain_fit[1])[0]
+            LOG.debug("accuracy_auto: %s on the fit part %.4f (plain build %.4f)", describe(settings), fit, plain_fit[0])
+            if clearly_better(fit, plain_fit[0]):
+                best, note = (cosine, settings, q), "bound met; clearly better on the held-out and the fit part"
+        cosine, settings, q = best
+        return q, AutoDecision(before, cosine, settings, self.latency_ratio(q, settings), n_held, self.bound, note)
+
+    def latency_ratio(self, q: Graph, settings: Mapping[str, Any]) -> Optional[float]:
+        """Predicted latency of ``q`` (built with ``settings``) over the all-int8 model's; 1.0
+        for the plain build (no settings); None: not priced."""
+        if not settings:
+            return 1.0
+        latency = self.latency(q, self.converter(settings)[0].config) if self.baseline else None
+        return None if latency is None else latency / self.baseline
 
     def reconsider(self, best):
         """Steps 3, 2 and 1 judged again on top of ``best``'s layer entries: each choice made
@@ -432,6 +477,13 @@ class _Remedies:
         if NOT_BUILT in missed:
             return found[0], f"bound {self.bound:g} not met: {missed[NOT_BUILT]} layer(s) {NOT_BUILT}"
         return found[0], f"bound {self.bound:g} not met"
+
+
+def clearly_better(figure: float, than: float) -> bool:
+    """Whether ``figure`` is above ``than`` by :data:`CLEAR_MIN_GAIN` or more and leaves at most
+    :data:`CLEAR_ERROR_SHARE` of its error (1 - figure): the margin a choice needs to replace a
+    build that meets the bound."""
+    return figure >= than + CLEAR_MIN_GAIN and 1.0 - figure <= CLEAR_ERROR_SHARE * (1.0 - than)
 
 
 def report(decision: AutoDecision) -> None:

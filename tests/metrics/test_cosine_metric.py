@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ratelnn.metrics import lowest_agreement, lowest_cosine, norm_ratios, output_agreements, output_cosines
+from ratelnn.metrics import (cosine_gap_interval, lowest_agreement, lowest_cosine, norm_ratios, output_agreements,
+                             output_cosines)
 from ratelnn.tune import cosine_metric
 
 pytestmark = pytest.mark.no_tf_math
@@ -50,3 +51,22 @@ def test_agreement_is_the_cosine_unless_the_output_shrinks():
     assert output_agreements([2.5 * scores], [scores])[0] == pytest.approx(1.0)   # growth is the cosine's
     assert lowest_agreement([noisy, shrunk], [scores, scores]) == agreements[1]
     assert output_agreements([np.zeros(4)], [np.ones(4)]) == [0.0] and lowest_agreement([], []) == 1.0
+
+
+def test_the_gap_interval_tells_a_real_gap_from_the_choice_of_inputs():
+    """Paired bootstrap of the gap between two models' lowest cosine: two models with the same
+    noise level differ by chance (the interval holds 0 and the measured gap); a model with twice
+    the noise on a second output is below by an interval that excludes 0; a model against
+    itself: exactly 0."""
+    rng = np.random.default_rng(0)
+    first, second = rng.normal(0, 1, (40, 7)), rng.normal(0, 1, (40, 3, 2))
+    noisy = lambda x, s: x + rng.normal(0, s, x.shape)
+    a, b = [noisy(first, 0.05), noisy(second, 0.05)], [noisy(first, 0.05), noisy(second, 0.05)]
+    reference = [first, second]
+    gap = lowest_cosine(a, reference) - lowest_cosine(b, reference)
+    low, high = cosine_gap_interval(reference, a, b)
+    assert low < min(gap, 0.0) and max(gap, 0.0) < high and high - low < 0.002
+    worse = [a[0], noisy(second, 0.1)]
+    low, high = cosine_gap_interval(reference, worse, b)
+    assert low <= lowest_cosine(worse, reference) - lowest_cosine(b, reference) <= high < 0
+    assert cosine_gap_interval(reference, a, a) == (0.0, 0.0)
