@@ -230,6 +230,69 @@ def test_depthwise_small_images_and_tails():
 
 @SETTINGS
 @given(data=st.data())
+def test_depthwise_few_channel_column_steps(data):
+    """3-wide depthwise on 4, 8 or 16 channels with 8-bit activations (the vpdpbusd column
+    steps at stride 1: 64 / C pixels per step, the taps from the next step's windows, the last
+    step stored masked; stride 2 keeps the per-block runs): widths 1-40 (odd ones, steps cut
+    anywhere), kernel heights 1-4, pads 0-2 on every side, strides 1 and 2, batch 1-3, int8 /
+    uint8 in and out, the 16-lane epilogue with and without the ReLU floor, and the table one."""
+    xdt, ydt = data.draw(st.sampled_from(["int8", "uint8"])), data.draw(st.sampled_from(["int8", "uint8"]))
+    cin = data.draw(st.sampled_from([4, 8, 8, 16]))
+    kh, sh, sw = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 1, 2]))
+    pt, pb = data.draw(st.integers(0, kh - 1)), data.draw(st.integers(0, kh - 1))
+    pl, pr = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))
+    h = data.draw(st.integers(max(1, kh - pt - pb), 6))
+    w = data.draw(st.one_of(st.sampled_from([1, 3, 7, 9, 15, 17]), st.integers(max(1, 3 - pl - pr), 40)))
+    w = max(w, 3 - pl - pr)
+    n = data.draw(st.integers(1, 3))
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - 3) // sw + 1
+    x = rand_codes(data, (n, h, w, cin), xdt)
+    wq = rand_codes(data, (kh, 3, 1, cin), "int8")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
+    bias = rng.integers(-5000, 5000, cin)
+    shifts = rng.integers(33, 41, cin) if data.draw(st.booleans()) else rng.integers(20, 33, cin)
+    mults = rng.integers(2 ** 28, 2 ** 31 - 1, cin)
+    act = data.draw(st.sampled_from([None, (0, None), (-60, 90)] if ydt == "int8" else [None, (0, None), (5, 200)]))
+    b = EngineBuilder("dw_cols", n)
+    tx, ty = b.tensor("x", x.shape, xdt, 0.1), b.tensor("y", (n, oh, ow, cin), ydt, 1.0)
+    consts = [b.const("w", wq), b.const("bias", bias.astype(np.int32)), b.const("m", mults.astype(np.int32)),
+              b.const("s", shifts.astype(np.int32))]
+    b.add("CONV2D", [tx], [ty], consts, strides=(sh, sw), dilations=(1, 1), pads=(pt, pb, pl, pr), groups=cin,
+          act_min=act[0] if act else None, act_max=act[1] if act else None)
+    b.set_io([tx], [ty])
+    check(b, [x])
+
+
+def test_depthwise_few_channel_rows():
+    """fer-like 3x3 depthwise rows on 8 and 16 channels (60 wide: a partial last step) and 4, 8
+    and 16 channels at the odd widths 1, 3, 7 and 13, stride 1 'same' pads and stride 2, batch
+    3, int8 / uint8 in and out with clamp bounds inside the output range: native equals the
+    reference on every path, the outputs spread and reach the lower bound (the upper one in all
+    but the narrowest images)."""
+    rng = np.random.default_rng(5)
+    cases = [(8, 60, 8, 1), (6, 60, 16, 1), (5, 1, 8, 1), (4, 3, 8, 1), (3, 7, 8, 1), (5, 7, 8, 2), (4, 13, 4, 1),
+             (3, 7, 16, 1), (4, 3, 4, 1), (6, 13, 16, 2)]
+    top_reached = []
+    for i, (h, w, c, s) in enumerate(cases):
+        xdt, ydt = ("int8", "uint8") if i % 2 == 0 else ("uint8", "int8")
+        lo, hi = qrange(xdt)
+        x = rng.integers(lo, hi + 1, (3, h, w, c)).astype(xdt)
+        wq = rng.integers(-128, 128, (3, 3, 1, c)).astype(np.int8)
+        oh, ow = (h + 2 - 3) // s + 1, (w + 2 - 3) // s + 1
+        act = (3, 140) if ydt == "uint8" else (-80, 70)
+        b = EngineBuilder("dw_few", 3)
+        tx, ty = b.tensor("x", x.shape, xdt, 0.02), b.tensor("y", (3, oh, ow, c), ydt, 0.01)
+        b.add("CONV2D", [tx], [ty], requant_consts(b, wq, xdt, np.full(c, 0.02 * 0.002 / 0.01), rng.integers(-3000, 3000, c)),
+              strides=(s, s), dilations=(1, 1), pads=(1, 1, 1, 1), groups=c, act_min=act[0], act_max=act[1])
+        b.set_io([tx], [ty])
+        (y,) = check(b, [x])
+        assert (y == act[0]).any() and len(np.unique(y)) > min(50, y.size // 4), (h, w, c, s)
+        top_reached.append((y == act[1]).any())
+    assert sum(top_reached) >= len(cases) - 2
+
+
+@SETTINGS
+@given(data=st.data())
 def test_wide_and_scalar_convs(data):
     """int16 activations with K > 511 (int32 chunks summed in int64) and int16 x int16
     weights (the scalar path)."""
