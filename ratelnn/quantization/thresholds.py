@@ -9,10 +9,6 @@ Thresholds are in the tensor's float units and never exceed the observed ``max |
 
 ``naive`` with ``enable_EMA`` reads the EMA extremes, which depend on the batch split; every
 other method reads only the absolute min/max and the histogram, which do not.
-
-An int16 tensor is quantized at its max |x| whatever the method (:data:`FULL_RANGE_DTYPES`):
-with 32768 levels the resolution lost is far below what clipping costs (a detector's score
-maps shrank under the EMA extremes and the 99.99th percentile in 16 bits, not at max |x|).
 """
 from __future__ import annotations
 
@@ -27,7 +23,6 @@ from ..errors import CalibrationError
 from ..ir import arith
 
 DEFAULT_PERCENTILE = 99.99
-FULL_RANGE_DTYPES = ("int16",)   # quantized at max |x| under every method (module docstring)
 # KL candidates evaluated at once (memory: chunk x levels float64 per array).
 _KLD_CHUNK = 512
 # Probability given to a bin the candidate distribution cannot represent (KL smoothing).
@@ -252,5 +247,4 @@ def threshold_for(tensor: str, stats: Any, config: Mapping[str, Any],
     """Threshold (float, >= 0) of ``tensor`` quantized as ``dtype`` under ``config``."""
     _finite(tensor, "min", stats.min)
     _finite(tensor, "max", stats.max)
-    method = THRESHOLD_METHODS[method_for(tensor, config, node_name)]
-    return max_abs(stats) if dtype in FULL_RANGE_DTYPES else method(tensor, stats, config, dtype)
+    return THRESHOLD_METHODS[method_for(tensor, config, node_name)](tensor, stats, config, dtype)

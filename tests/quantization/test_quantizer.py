@@ -180,8 +180,7 @@ def test_int16_activations_from_quant_cfg(model, tmp_path):
     q = quantize(g, stats, cfg)
     assert q.qparams["add"].dtype == "int16"
     s = stats["add"]
-    # int16 at the full range, not the EMA extremes int8 reads (thresholds.FULL_RANGE_DTYPES)
-    assert q.qparams["add"].scale == float(np.float32(max(-s.min, s.max) / 32767))
+    assert q.qparams["add"].scale == float(np.float32(max(-s.ema_min, s.ema_max) / 32767))
     # conv_output keeps 8 bits, but conv1 feeds Add/Concat (role "activations") -> 16 bits
     assert q.qparams["conv2"].dtype == "int16" and q.qparams["conv1"].dtype == "int16"
 
