@@ -81,6 +81,7 @@ def layout_subject() -> Subject:
     import ratelnn
     from agraph import detectors
     from onnx_models import ort_session
+    from real_models import run_onnx
     from ratelnn.frontend.onnx import converter
     from ratelnn.metrics import compare_detections
     proto = detectors.layout_load()
@@ -91,7 +92,7 @@ def layout_subject() -> Subject:
 
     def run(model, x):
         session = ort_session(model) if model is proto else ratelnn.onnx_session(model)
-        return [np.concatenate(o) for o in zip(*(session.run(outputs, {"image": x[k:k + 1]}) for k in range(len(x))))]
+        return run_onnx(session, "image", outputs, x, 1)
 
     reference = detectors.layout_detections(run(proto, np.stack(x_test)), shapes)
 

@@ -320,9 +320,9 @@ def _gemm_cases():
     activations, row counts off the 16-row tiles (49 and 50: 48 on the tiles, the rest on the
     vpdpbusd tail), ReLU and the whole int8 range; a 7x7 3x3 conv of 256 channels (ResNet50's
     last stage at batch 1: one pixel tile whose channel splits read the rows their thread
-    packed for its first split, and whose panels prefetch the next weight sub-block); stems with 8 output channels (two pixels per vector on avx512_vnni) on 1, 2, 3
-    and 8 input channels (1, 2, 3 and 6 quads a kernel row: odd and even), 16 pixels a row and
-    more, the last tile of a row overlapping the one before (17, 19 pixels), strided and padded."""
+    packed for its first split, and whose panels prefetch the next weight sub-block); stems
+    with 8 output channels (two pixels per vector on avx512_vnni) on 1, 2, 3 and 8 input
+    channels (1, 2, 3 and 6 quads a kernel row: odd and even), 16 pixels a row and more, the last tile of a row overlapping the one before (17, 19 pixels), strided and padded."""
     rng = np.random.default_rng(31)
     cases = []
     # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, groups, x dtype, batch)
