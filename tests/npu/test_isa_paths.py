@@ -322,7 +322,8 @@ def _gemm_cases():
     last stage at batch 1: one pixel tile whose channel splits read the rows their thread
     packed for its first split, and whose panels prefetch the next weight sub-block); stems
     with 8 output channels (two pixels per vector on avx512_vnni) on 1, 2, 3 and 8 input
-    channels (1, 2, 3 and 6 quads a kernel row: odd and even), 16 pixels a row and more, the last tile of a row overlapping the one before (17, 19 pixels), strided and padded."""
+    channels (1, 2, 3 and 6 quads a kernel row: odd and even), 16 pixels a row and more, the
+    last tile of a row overlapping the one before (17, 19 pixels), strided and padded."""
     rng = np.random.default_rng(31)
     cases = []
     # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, groups, x dtype, batch)
