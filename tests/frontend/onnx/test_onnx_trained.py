@@ -70,7 +70,7 @@ def test_trained_digits_cnn_through_cal_quant_npu(tmp_path):
            "output_dir": str(tmp_path)}
     conv = converter(model, cfg)
     conv.calibrate(x[:512], batch_size=16, progress=False)
-    quant = ort.InferenceSession(conv.to_quant().SerializeToString(), providers=["CPUExecutionProvider"])
+    quant = ratelnn.onnx_session(conv.to_quant())
     npu = ratelnn.onnx_session(conv.to_npu())
     acc_float = _accuracy(float_session, x_test, y_test, 16)
     assert acc_float > 0.85
