@@ -98,14 +98,16 @@ def avx512fp16_off_flags(cxx: str | None = None) -> List[str]:
 
 def object_key(source: Path, flags: Sequence[str]) -> str:
     """Hash of the source, the ops/ headers it includes (transitively), the flags and the
-    toolchain (:func:`toolchain_identity` of ``flags[0]``, the compiler)."""
+    toolchain (:func:`toolchain_identity` of ``flags[0]``, the compiler).  The include flag of
+    the ops/ folder enters by name, not by path: the files it reaches are hashed by content,
+    so a checkout and an installed package (``_ops_src``) with the same sources share objects."""
     h = hashlib.sha256(toolchain_identity(flags[0]).encode())
     headers: set = set()
     _local_includes(source, headers)
     for p in [source, *sorted(headers)]:
         h.update(p.name.encode())
         h.update(p.read_bytes())
-    h.update("\0".join(flags).encode())
+    h.update("\0".join("-I<ops>" if f == f"-I{OPS_DIR}" else f for f in flags).encode())
     return h.hexdigest()[:20]
 
 
