@@ -7,7 +7,8 @@ ONNX frontend.
   asymmetric, weights int8 symmetric, per channel), MinMax calibration on the given batches;
 - :func:`ort_runner`: the model in an ``InferenceSession`` with ``intra_op_num_threads`` and one
   inter-op thread, graph optimizations on (``ORT_ENABLE_ALL``: the QDQ pairs fuse into
-  ``QLinearConv`` / ``QGemm``, whose u8s8 kernels use VNNI where the CPU has it);
+  ``QLinearConv`` / ``QGemm``, whose u8s8 kernels use VNNI where the CPU has it and
+  ``vpmaddubsw``, whose pair sums saturate, where it does not: docs/onnx.md);
 - :func:`ratelnn_onnx_model`: ``ratelnn.frontend.onnx.converter(...).to_npu()``, to run by
   ``ratelnn.onnx_session``.
 """
