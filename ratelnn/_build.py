@@ -111,6 +111,12 @@ def object_key(source: Path, flags: Sequence[str]) -> str:
     return h.hexdigest()[:20]
 
 
+def object_path(source: Path, flags: Sequence[str]) -> Path:
+    """Where the object of ``source`` compiled with ``flags`` (a :func:`compiler_command`) is
+    cached: ``<cache>/obj/<stem>-<object_key>.o``."""
+    return cache_dir() / "obj" / f"{source.stem}-{object_key(source, flags)}.o"
+
+
 def _run_locked(target: Path, cmd_for_tmp) -> None:
     """Create ``target`` with the command ``cmd_for_tmp(tmp_path)`` unless it exists; the
     output is written to a private temporary file and renamed into place when complete."""
@@ -183,9 +189,8 @@ def build_library(name: str, sources: Iterable[Path], compile_flags: Sequence[st
     cxx = cxx or os.environ.get("CXX", "g++")
     units = [(Path(s).resolve(), compiler_command(core_flags(compile_flags), cxx)) for s in core_sources]
     units += [(Path(s).resolve(), compiler_command(compile_flags, cxx)) for s in sources]
-    objdir = cache_dir() / "obj"
-    objdir.mkdir(exist_ok=True)
-    objects = [objdir / f"{src.stem}-{object_key(src, flags)}.o" for src, flags in units]
+    (cache_dir() / "obj").mkdir(exist_ok=True)
+    objects = [object_path(src, flags) for src, flags in units]
     todo = sorted((-_compile_cost(src), i) for i, (src, _) in enumerate(units) if not objects[i].exists())
 
     def compile_one(i: int) -> None:

@@ -79,7 +79,7 @@ def test_wheel_installs_into_an_empty_venv_and_runs_the_quickstart(tmp_path):
     # the wheel's core sources found the checkout's objects (same names: same keys); only the
     # glue compiled here
     compiled = {p.name for p in (tmp_path / "cache" / "obj").glob("*.o")} - {p.name for p in core}
-    glue = {p.stem for p in (ROOT / "ops" / "tensorflow").glob("*.cc")} | {"npu_capi"}
+    glue = {p.stem for folder in ("tensorflow", "capi") for p in (ROOT / "ops" / folder).glob("*.cc")}
     assert compiled and {name.rsplit("-", 1)[0] for name in compiled} <= glue, compiled
 
 
@@ -89,8 +89,6 @@ def _checkout_core_objects():
     from ratelnn import _build, oplib
     oplib.ops_library_path("tensorflow")
     cmd = _build.compiler_command(_build.core_flags(oplib.tensorflow_build_flags()[0]))
-    objdir = _build.cache_dir() / "obj"
-    objects = [objdir / f"{Path(src).stem}-{_build.object_key(Path(src).resolve(), cmd)}.o"
-               for src in oplib.core_sources()]
+    objects = [_build.object_path(Path(src).resolve(), cmd) for src in oplib.core_sources()]
     assert all(p.exists() for p in objects)
     return objects

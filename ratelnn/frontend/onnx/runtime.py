@@ -40,7 +40,7 @@ def uses_custom_ops_of(source: Any) -> bool:
 # without VNNI): the pair sums saturate at int16, and outputs drift far from what the QDQ
 # model computes (measured on an AVX2-only EPYC: 0.44 on outputs of magnitude 1.2).  With
 # this entry "1" the Quantize/Dequantize nodes stay as they are and the model computes its
-# QDQ semantics on every CPU (docs/onnx.md, "Forms").
+# QDQ semantics on every CPU (docs/onnx.md, "Running the QDQ model").
 DISABLE_QDQ_FUSION = "session.disable_quant_qdq"
 
 

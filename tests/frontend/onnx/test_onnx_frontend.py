@@ -36,8 +36,9 @@ def _one(op, inputs=("x",), inits=None, **attrs):
     return _model([helper.make_node(op, list(inputs), ["y"], **attrs)], inits or {})
 
 
-def _run(model, x):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+def _run(model, x, options=None):
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
 
 
 C = X_SHAPE[1]
@@ -278,8 +279,7 @@ def _run_qdq_semantics(model, x):
     Dequantize node as written, the ops between them in float."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+    return _run(model, x, options)
 
 
 def test_sessions_of_qdq_models_compute_the_qdq_semantics(tmp_path, rng):
