@@ -5,8 +5,6 @@ weights) built from a Pulsar2 config alone, judged on held-out digits; a QDQ mod
 Runtime's ``quantize_static`` built as QuantONNX; the override values; the errors of bad input."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -18,23 +16,15 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("sklearn")
 
 import ratelnn  # noqa: E402
-from ratelnn.cli import main  # noqa: E402
 from ratelnn.cli.build import check_build  # noqa: E402
 from ratelnn.cli.pulsar2 import apply_overrides, split_overrides  # noqa: E402
 from ratelnn.config import normalize  # noqa: E402
 from ratelnn.frontend.onnx import recorded_meta  # noqa: E402
+from helpers.cli import call  # noqa: E402
 from helpers.onnx_digits import TRAIN, digits_as_onnx, trained_digits_cnn  # noqa: E402
 
 CALIBRATION = 256     # the first training digits calibrate
 BATCH = 16
-
-
-def _call(argv):
-    """``(exit code, stdout, stderr)`` of ``ratelnn.cli.main(argv)``."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _top1(model, x, batch=BATCH):
@@ -92,7 +82,7 @@ def built(digits):
     """``ratelnn build`` in the Pulsar2 form, precision analysis of the compiled model switched on
     from the command line."""
     out = digits["dir"] / "out"
-    result = _call(["build", "--input", str(digits["onnx"]), "--config", str(digits["config"]),
+    result = call(["build", "--input", str(digits["onnx"]), "--config", str(digits["config"]),
                     "--output_dir", str(out), "--output_name", "digits", "--input_shapes", f"images:{BATCH}x1x8x8",
                     "--quant.precision_analysis", "1", "--quant.precision_analysis_mode", "NPUBackend",
                     "--no-progress"])
@@ -127,20 +117,20 @@ def test_pulsar2_build_writes_the_forms_and_the_npu_form_keeps_the_float_top1(di
 def test_run_and_inspect_read_the_onnx_forms(digits, built, tmp_path):
     out_dir = built[3]
     npu = out_dir / "digits_npu.onnx"
-    code, out, err = _call(["run", str(npu), "--input", str(digits["dir"] / "held_out.npy"),
+    code, out, err = call(["run", str(npu), "--input", str(digits["dir"] / "held_out.npy"),
                             "--output", str(tmp_path / "probs.npy")])
     assert code == 0, err
     want = ratelnn.onnx_session(onnx.load(str(npu))).run(["probs"], {"images": digits["x"][TRAIN:]})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "probs.npy"), want)
     assert "device time (cost model): " in out and "per batch of 497" in out
     assert "device time (recorded): " in out and "1 engine runs, 497 samples" in out
-    code, out, err = _call(["inspect", str(npu)])
+    code, out, err = call(["inspect", str(npu)])
     assert code == 0, err
     assert "onnx compiled model" in out and "engines (1):" in out and "digits_engine_0" in out
     assert "images  float32  [None, 1, 8, 8]" in out
     kinds = {}
     for form in ("cal", "quant"):
-        code, out, err = _call(["inspect", str(out_dir / f"digits_{form}.onnx"), "--json"])
+        code, out, err = call(["inspect", str(out_dir / f"digits_{form}.onnx"), "--json"])
         assert code == 0, err
         kinds[form] = json.loads(out)["kind"]
     assert kinds == {"cal": "calibration", "quant": "quantized"}
@@ -167,9 +157,9 @@ def test_quantize_static_qdq_model_builds_as_quantonnx_with_its_own_scales(digit
                                  weight_type=quantization.QuantType.QInt8,
                                  extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
     out_dir = tmp_path / "out"
-    code, _, err = _call(["build", "--input", str(qdq_path), "--output_dir", str(out_dir), "--model_type", "ONNX"])
+    code, _, err = call(["build", "--input", str(qdq_path), "--output_dir", str(out_dir), "--model_type", "ONNX"])
     assert code == 2 and "qdq.onnx is a quantized (QDQ) model" in err and not out_dir.exists()
-    code, out, err = _call(["build", "--input", str(qdq_path), "--output_dir", str(out_dir),
+    code, out, err = call(["build", "--input", str(qdq_path), "--output_dir", str(out_dir),
                             "--quant.precision_analysis", "true", "--no-progress"])
     assert code == 0, err
     assert "building it as QuantONNX" in err and "precision_analysis: skipped" in err
@@ -253,7 +243,7 @@ def _bad_cases(files, d: Path):
                                   "QuantONNX given a float model", "forms mixed", "no output_dir"])
 def test_bad_input_exits_2_naming_it_and_writes_nothing(untrained, tmp_path, case):
     argv, expected = _bad_cases(untrained, tmp_path)[case]
-    code, out, err = _call(argv)
+    code, out, err = call(argv)
     assert code == 2, err
     assert expected in err and "Traceback" not in err, err
     assert len([line for line in err.splitlines() if "error" in line]) == 1

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import ratelnn.config
-from ratelnn.cli import main
+from helpers.cli import succeeds
 from ratelnn.config import ConfigError, normalize
 
 BATCH = 8
@@ -204,8 +204,8 @@ def ascend_build(fashion_mnist, fashion_cnn, tmp_path_factory):
     config = {"output_nodes": outs, "INPUT_SHAPE": f"{ins[0]}:{BATCH},28,28,1", "INPUT_DATA_DIR": str(d / "bins"),
               "CONFIG_FILE": str(d / "quant.cfg"), "SOC_VERSION": "Ascend310P3"}
     (d / "ascend.yaml").write_text(yaml.safe_dump(config))
-    assert main(["build", str(d / "ascend.yaml"), "--model", str(d / "cnn.pb"), "--work_dir", str(d / "out"),
-                 "--output_name", "cnn", "--no-progress", "--forms", "npu"]) == 0
+    succeeds(["build", str(d / "ascend.yaml"), "--model", str(d / "cnn.pb"), "--work_dir", str(d / "out"),
+              "--output_name", "cnn", "--no-progress", "--forms", "npu"])
     return d, graph_def, ins[0], samples
 
 

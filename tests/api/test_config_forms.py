@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 import ratelnn.config
-from ratelnn.cli import main
+from helpers.cli import succeeds
 from ratelnn.config import ConfigError, QuantConfig, normalize
 
 BATCH = 8
@@ -68,9 +68,9 @@ def builds(fashion_mnist, fashion_cnn, tmp_path_factory):
     (d / "pulsar2.yaml").write_text(yaml.safe_dump(pulsar2))
     (d / "native.json").write_text(json.dumps(native))
     common = ["--model", str(d / "cnn.pb"), "--no-progress", "--forms", "quant,npu", "--output_name", "cnn"]
-    assert main(["build", str(d / "pulsar2.yaml"), "--work_dir", str(d / "p2"), *common]) == 0
-    assert main(["build", str(d / "native.json"), "--work_dir", str(d / "nat"), "--data", str(d / "u8_native.npy"),
-                 *common]) == 0
+    succeeds(["build", str(d / "pulsar2.yaml"), "--work_dir", str(d / "p2"), *common])
+    succeeds(["build", str(d / "native.json"), "--work_dir", str(d / "nat"), "--data", str(d / "u8_native.npy"),
+              *common])
     return d, matmul
 
 
