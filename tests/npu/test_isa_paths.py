@@ -17,7 +17,7 @@ from ratelnn.npu import native
 
 from ratelnn.npu import EngineBuilder
 
-from helpers.engines import mixed_engine, requant_consts
+from helpers.engines import assert_native_equals_reference, mixed_engine, requant_consts
 from helpers.paths import TESTS
 
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -363,3 +363,28 @@ def test_gemm_convs_on_every_kernel_path(path):
     CPU has (amx: the tile GEMM), 1 and 2 threads, bit-exact with the reference; a path the
     CPU lacks is reported as not run."""
     assert _bit_exact_on_path(path, _gemm_cases()) >= 6  # the outputs are not saturated constants
+
+
+@pytest.mark.parametrize("xdt", ["int8", "uint8"])
+def test_epilogue_rounding_ties_on_every_path(xdt):
+    """M = 2^30 with shifts 33..36 puts t * M on the rounding ties (t = 4 mod 8 for s = 33):
+    negative ties round away from zero only with u = p - [p < 0], the step the high-dword
+    epilogues (8 lanes on AVX2 and AVX-VNNI, 16 on AVX-512) must not drop; every path the CPU
+    has, 1 and 2 threads.  Random multipliers almost never hit a tie."""
+    rng = np.random.default_rng(11)
+    n, k, m = 53, 5, 40
+    info = np.iinfo(xdt)
+    x = rng.integers(info.min, info.max + 1, (n, k)).astype(xdt)
+    wq = rng.integers(-128, 128, (k, m)).astype(np.int8)
+    shifts = 33 + np.arange(m) % 4
+    bias = rng.integers(-64, 64, m) * 4
+    b = EngineBuilder("ties", n)
+    tx, ty = b.tensor("x", x.shape, xdt, 0.1), b.tensor("y", (n, m), "int16", 1.0)
+    b.add("FULLY_CONNECTED", [tx], [ty], [b.const("w", wq), b.const("bias", bias.astype(np.int32)),
+                                           b.const("m", np.full(m, 2 ** 30, np.int32)),
+                                           b.const("s", shifts.astype(np.int32))])
+    b.set_io([tx], [ty])
+    eng = b.build()
+    t = x.astype(np.int64) @ wq.astype(np.int64) + bias
+    assert np.sum((t < 0) & (t % 2 ** (shifts - 30) == 2 ** (shifts - 31))) > 50  # negative ties
+    assert_native_equals_reference(eng, [x], thread_counts=(1, 2))
