@@ -323,7 +323,8 @@ def _gemm_cases():
     packed for its first split, and whose panels prefetch the next weight sub-block); stems
     with 8 output channels (two pixels per vector on avx512_vnni) on 1, 2, 3 and 8 input
     channels (1, 2, 3 and 6 quads a kernel row: odd and even), 16 pixels a row and more, the
-    last tile of a row overlapping the one before (17, 19 pixels), strided and padded."""
+    last tile of a row overlapping the one before (17, 19 pixels), strided and padded; 5 output
+    channels with K = 1080 (AVX2's half-block GEMM over several weight sub-blocks)."""
     rng = np.random.default_rng(31)
     cases = []
     # (Cin, kh, kw, stride, dilation, pads, H, W, Cout, groups, x dtype, batch)
@@ -342,7 +343,8 @@ def _gemm_cases():
             (8, 3, 3, 1, 1, (1, 1, 1, 1), 4, 32, 8, 1, "int8", 1),
             (1, 3, 3, 1, 1, (0, 0, 0, 0), 5, 18, 8, 1, "uint8", 3),
             (3, 3, 3, 1, 1, (1, 1, 1, 1), 6, 17, 8, 1, "int8", 1),
-            (2, 3, 3, 1, 1, (0, 0, 0, 0), 5, 40, 8, 1, "uint8", 1)]):
+            (2, 3, 3, 1, 1, (0, 0, 0, 0), 5, 40, 8, 1, "uint8", 1),
+            (120, 3, 3, 1, 1, (1, 1, 1, 1), 5, 6, 5, 1, "int8", 2)]):
         oh, ow = (h + pads[0] + pads[1] - d * (kh - 1) - 1) // s + 1, (w + pads[2] + pads[3] - d * (kw - 1) - 1) // s + 1
         lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
         x = rng.integers(lo, hi + 1, (n, h, w, cin)).astype(xdt)
