@@ -83,9 +83,9 @@ def built(digits):
     from the command line."""
     out = digits["dir"] / "out"
     result = call(["build", "--input", str(digits["onnx"]), "--config", str(digits["config"]),
-                    "--output_dir", str(out), "--output_name", "digits", "--input_shapes", f"images:{BATCH}x1x8x8",
-                    "--quant.precision_analysis", "1", "--quant.precision_analysis_mode", "NPUBackend",
-                    "--no-progress"])
+                   "--output_dir", str(out), "--output_name", "digits", "--input_shapes", f"images:{BATCH}x1x8x8",
+                   "--quant.precision_analysis", "1", "--quant.precision_analysis_mode", "NPUBackend",
+                   "--no-progress"])
     return (*result, out)
 
 
@@ -118,7 +118,7 @@ def test_run_and_inspect_read_the_onnx_forms(digits, built, tmp_path):
     out_dir = built[3]
     npu = out_dir / "digits_npu.onnx"
     code, out, err = call(["run", str(npu), "--input", str(digits["dir"] / "held_out.npy"),
-                            "--output", str(tmp_path / "probs.npy")])
+                           "--output", str(tmp_path / "probs.npy")])
     assert code == 0, err
     want = ratelnn.onnx_session(onnx.load(str(npu))).run(["probs"], {"images": digits["x"][TRAIN:]})[0]
     np.testing.assert_array_equal(np.load(tmp_path / "probs.npy"), want)
@@ -160,7 +160,7 @@ def test_quantize_static_qdq_model_builds_as_quantonnx_with_its_own_scales(digit
     code, _, err = call(["build", "--input", str(qdq_path), "--output_dir", str(out_dir), "--model_type", "ONNX"])
     assert code == 2 and "qdq.onnx is a quantized (QDQ) model" in err and not out_dir.exists()
     code, out, err = call(["build", "--input", str(qdq_path), "--output_dir", str(out_dir),
-                            "--quant.precision_analysis", "true", "--no-progress"])
+                           "--quant.precision_analysis", "true", "--no-progress"])
     assert code == 0, err
     assert "building it as QuantONNX" in err and "precision_analysis: skipped" in err
     assert _files(out_dir) == ["probs_build.json", "probs_effective_config.json", "probs_npu.onnx",
