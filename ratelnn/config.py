@@ -35,6 +35,7 @@ DEFAULTS: Dict[str, Any] = {
     "enable_EMA": True,
     "ema_decay": 0.9,
     "percentile": 99.99,
+    "full_range_outputs": True,   # model outputs at max |x| whatever the method (docs/quantization.md §3)
     "quant_cfg": {},
     "layer_configs": [],
     "auto_int16": True,
@@ -328,6 +329,7 @@ def _output_dir(value: Any) -> str:
 _SCALARS = {
     "enable_EMA": (bool, None, "true or false"),
     "auto_int16": (bool, None, "true or false"),
+    "full_range_outputs": (bool, None, "true or false"),
     "remove_input_quant": (bool, None, "true or false"),
     "merge_statistics": (bool, None, "true or false"),
     "ema_decay": (numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),

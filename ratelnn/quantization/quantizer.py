@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from ..errors import CalibrationError, ModelError
 from ..ir import Graph, QParams, TensorInfo
 from ..ir import arith
 from .policy import QuantPlan, make_plan, quant_cfg_for
-from .thresholds import sqnr_db, threshold_for
+from .thresholds import max_abs, sqnr_db, threshold_for
 
 # Smallest scale ever used (2**-40, exact in float32): a tensor or weight channel whose
 # range is (nearly) zero still gets a usable, non-zero scale; bias scales s_in*s_w then stay
@@ -56,11 +56,24 @@ def activation_dtype(calibrated_min: float, bits: int, forced: Optional[str] = N
 
 
 def activation_qparams(tensor: str, stats: Any, config: Mapping[str, Any], bits: int = 8,
-                       forced: Optional[str] = None, node_name: Optional[str] = None) -> QParams:
-    """Per-tensor QParams of an activation from its statistics."""
+                       forced: Optional[str] = None, node_name: Optional[str] = None,
+                       full_range: bool = False) -> QParams:
+    """Per-tensor QParams of an activation from its statistics: the threshold of the config's
+    method, or with ``full_range`` the calibrated max |x|."""
     dtype = activation_dtype(float(stats.min), bits, forced)
-    threshold = threshold_for(tensor, stats, config, node_name, dtype)
+    threshold = max_abs(stats) if full_range else threshold_for(tensor, stats, config, node_name, dtype)
     return QParams(dtype, scale_for(threshold, arith.qmax_of(dtype)))
+
+
+def full_range_anchors(graph: Graph, plan: QuantPlan, config: Mapping[str, Any]) -> Set[str]:
+    """The anchors quantized over their whole calibrated range (max |x|) with config
+    ``full_range_outputs`` (default True): those of the graph's outputs (an output a
+    scale-preserving op makes shares its input's anchor).  A clipping threshold (the EMA
+    extremes, ``kld``, ``percentile``, ``mse``) caps the very values a consumer reads from an
+    output: a detector's highest scores, a classifier's top logit."""
+    if not config.get("full_range_outputs", True):
+        return set()
+    return {plan.shared.get(t, t) for t in graph.outputs} & set(plan.anchors)
 
 
 def _config_number(config: Mapping[str, Any], key: str, default: float, lo: float,
@@ -250,12 +263,13 @@ def quantize(graph: Graph, stats: Mapping[str, Any], config: Mapping[str, Any]) 
     check_statistics(plan.anchors, stats)
     q = graph.copy()
     producer_names = {t: n.name for n in q.nodes for t in n.outputs}
+    full = full_range_anchors(graph, plan, config)
     for t in plan.anchors:
         q.qparams[t] = activation_qparams(t, stats[t], config, plan.activation_bits[t],
-                                          plan.forced_dtype.get(t), producer_names.get(t))
+                                          plan.forced_dtype.get(t), producer_names.get(t), t in full)
     if config.get("auto_int16", True):
         for t in auto_int16_tensors(plan, stats, q.qparams, config):
-            q.qparams[t] = activation_qparams(t, stats[t], config, 16, "int16", producer_names.get(t))
+            q.qparams[t] = activation_qparams(t, stats[t], config, 16, "int16", producer_names.get(t), t in full)
     for t, anchor in plan.shared.items():
         q.qparams[t] = QParams(q.qparams[anchor].dtype, q.qparams[anchor].scale)
     _quantize_params(q, plan, config)

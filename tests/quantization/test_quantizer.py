@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from ratelnn.calibration.histogram import AbsHistogram
 from ratelnn.errors import CalibrationError
 from ratelnn.ir import Graph, Node, TensorInfo
 from ratelnn.ir.evaluate import evaluate, evaluate_node
@@ -29,6 +30,7 @@ class Stats:
     ema_max: float
     batches: int = 1
     count: int = 1
+    histogram: object = None
 
 
 def _config(tmp_path, **extra):
@@ -74,17 +76,21 @@ def build_model(seed: int = 0) -> Graph:
     return g
 
 
-def collect_stats(graph: Graph, tensors, batches, decay: float = 0.9):
-    """Absolute and EMA min/max of ``tensors`` over ``batches`` (list of feed dicts)."""
+def collect_stats(graph: Graph, tensors, batches, decay: float = 0.9, histograms: bool = False):
+    """Absolute and EMA min/max of ``tensors`` over ``batches`` (list of feed dicts); with
+    ``histograms`` also the histogram of |x| over all of them."""
     acc = {}
     for feeds in batches:
         values = evaluate(graph, feeds, tensors)
         for t, v in values.items():
             lo, hi = float(v.min()), float(v.max())
+            hist = AbsHistogram.of_values(v) if histograms else None
             if t not in acc:
-                acc[t] = Stats(lo, hi, lo, hi, 1, v.size)
+                acc[t] = Stats(lo, hi, lo, hi, 1, v.size, hist)
                 continue
             s = acc[t]
+            if histograms:
+                s.histogram = s.histogram.merged(hist)
             s.min, s.max = min(s.min, lo), max(s.max, hi)
             s.ema_min = decay * s.ema_min + (1 - decay) * lo
             s.ema_max = decay * s.ema_max + (1 - decay) * hi
@@ -162,16 +168,38 @@ def test_activation_qparams_dtypes_and_scales(model, tmp_path):
     q = quantize(g, stats, _config(tmp_path))
     assert {t: q.qparams[t].dtype for t in ["x", "conv1", "conv2", "add", "prob"]} == {
         "x": "int8", "conv1": "uint8", "conv2": "int8", "add": "int8", "prob": "uint8"}
-    for t in ["x", "conv1", "conv2", "logits", "prob"]:
+    for t in ["x", "conv1", "conv2"]:
         s, qp = stats[t], q.qparams[t]
         qmax = 255 if qp.dtype == "uint8" else 127
         expected = np.float32(max(abs(s.ema_min), abs(s.ema_max)) / qmax)
         assert qp.scale == float(expected) and qp.axis is None
+    # the model's outputs take their whole calibrated range, not the EMA extremes
+    assert q.qparams["prob"].scale == float(np.float32(stats["prob"].max / 255))
+    s = stats["logits"]
+    assert q.qparams["logits"].scale == float(np.float32(max(-s.min, s.max) / 127))
     assert q.qparams["flat"].scale == q.qparams["mean"].scale
     q_abs = quantize(g, stats, _config(tmp_path, enable_EMA=False))
     assert q_abs.qparams["x"].scale == float(np.float32(max(-stats["x"].min, stats["x"].max) / 127))
     # the graph given is not modified
     assert g.params["w1"].dtype == np.float32 and not g.qparams
+
+
+def test_model_outputs_take_their_whole_range_under_every_method(model, tmp_path):
+    g = model[0]
+    stats = collect_stats(g, calibration_tensors(g, {}), random_batches(4), histograms=True)
+    assert g.outputs == ["prob", "logits"]
+    for method in ("naive", "kld", "percentile", "mse"):
+        on = quantize(g, stats, _config(tmp_path, quantize_algorithm=method, auto_int16=False))
+        off = quantize(g, stats, _config(tmp_path, quantize_algorithm=method, auto_int16=False,
+                                         full_range_outputs=False))
+        for t, qmax in (("prob", 255), ("logits", 127)):
+            s = stats[t]
+            assert on.qparams[t].scale == float(np.float32(max(-s.min, s.max) / qmax)), (method, t)
+            clipped = threshold_for(t, s, {"quantize_algorithm": method}, dtype=on.qparams[t].dtype)
+            assert off.qparams[t].scale == float(np.float32(clipped / qmax)), (method, t)
+        assert off.qparams["conv1"].scale == on.qparams["conv1"].scale, method  # the other tensors as configured
+    # the EMA extremes (naive's default) would clip the probabilities
+    assert stats["prob"].ema_max < stats["prob"].max
 
 
 def test_int16_activations_from_quant_cfg(model, tmp_path):
