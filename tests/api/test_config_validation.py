@@ -34,6 +34,7 @@ BAD = {
     "ema_decay out of range": ({"ema_decay": 1.5}, r"'ema_decay' must be a number in \[0, 1\], got 1.5"),
     "enable_EMA not a bool": ({"enable_EMA": "yes"}, r"'enable_EMA' must be true or false"),
     "merge_statistics not a bool": ({"merge_statistics": 1}, r"'merge_statistics' must be true or false"),
+    "full_range_outputs not a bool": ({"full_range_outputs": "no"}, r"'full_range_outputs' must be true or false"),
     "max_total_bytes zero": ({"max_total_bytes": 0}, r"'max_total_bytes' must be a byte count in \[1, 2\^40\], got 0"),
 }
 
