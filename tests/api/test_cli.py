@@ -24,6 +24,7 @@ from ratelnn.fileio import write_atomic  # noqa: E402
 from ratelnn.frontend.tensorflow import freeze_keras  # noqa: E402
 from ratelnn.runners import run_model  # noqa: E402
 
+from helpers.cli import call
 from helpers.paths import REPO
 
 BATCH = 4
@@ -87,12 +88,9 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def built(tiny):
     """``ratelnn build`` of the tiny model on the .npy data with the precision table."""
-    import contextlib
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["build", str(tiny["config"]), "--model", str(tiny["model"]), "--data", str(tiny["npy"]),
-                     "--analyze", "--no-progress"])
-    return code, out.getvalue(), err.getvalue(), tiny["dir"] / "out"
+    code, out, err = call(["build", str(tiny["config"]), "--model", str(tiny["model"]), "--data", str(tiny["npy"]),
+                           "--analyze", "--no-progress"])
+    return code, out, err, tiny["dir"] / "out"
 
 
 @pytest.mark.no_tf_math
