@@ -103,7 +103,7 @@ class ConvertImpl:
         qgraph, decision = auto_quantize(self, stats)
         report(decision)
         self.accuracy_auto = decision
-        qgraph.meta["accuracy_auto"] = decision.to_dict()
+        qgraph.meta["accuracy_auto"] = decision.record(self.config["output_dir"])
         return qgraph
 
     def _build_key(self) -> str:
@@ -133,8 +133,8 @@ class ConvertImpl:
         decision = qgraph.meta.get("accuracy_auto")
         if not decision or not decision["settings"]:
             return self.config
-        from .tune.auto import with_settings
-        return with_settings(self, decision["settings"]).config
+        from .tune.auto import resolved, with_settings
+        return with_settings(self, resolved(decision["settings"], self.config["output_dir"])).config
 
     def quantize(self, stats: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> Graph:
         """The quantized IR of this model from ``stats`` under ``config`` (default: the

@@ -53,7 +53,8 @@ Below it, in order of cost, each step kept when it raises that figure by more th
 The decision (:class:`AutoDecision`) holds the config keys that rebuild the same model with
 ``accuracy_auto`` off (with equalization: also the ``output_dir`` of its statistics); it is
 printed in one line, kept in the quantized IR's ``meta["accuracy_auto"]`` (so the compiled
-IR's, and the exported models', :mod:`ratelnn.ir.recorded`) and in ``ConvertImpl.built_config``.
+IR's, and the exported models', :mod:`ratelnn.ir.recorded`; there that ``output_dir`` is
+relative to the build's, :meth:`AutoDecision.record`) and in ``ConvertImpl.built_config``.
 """
 from __future__ import annotations
 
@@ -129,6 +130,26 @@ class AutoDecision:
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def record(self, output_dir: str) -> Dict[str, Any]:
+        """:meth:`to_dict` as a model carries it: the settings' ``output_dir`` (equalization's
+        statistics) relative to the build's ``output_dir``, so the same build made in another
+        folder records the same bytes; :func:`resolved` turns it back."""
+        out = self.to_dict()
+        stats_dir = out["settings"].get("output_dir")
+        if stats_dir is not None:
+            rel = os.path.relpath(str(stats_dir), str(output_dir))
+            out["settings"]["output_dir"] = stats_dir if rel.startswith(os.pardir) else rel
+        return out
+
+
+def resolved(settings: Mapping[str, Any], output_dir: str) -> Dict[str, Any]:
+    """``settings`` of a recorded decision (:meth:`AutoDecision.record`) with a relative
+    ``output_dir`` taken under the build's ``output_dir`` again."""
+    out = dict(settings)
+    if out.get("output_dir") is not None and not os.path.isabs(str(out["output_dir"])):
+        out["output_dir"] = os.path.join(str(output_dir), str(out["output_dir"]))
+    return out
 
 
 def describe(settings: Mapping[str, Any]) -> str:

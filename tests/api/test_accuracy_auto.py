@@ -20,6 +20,7 @@ import ratelnn
 from ratelnn.frontend.tensorflow import converter, recorded_meta
 from ratelnn.metrics import output_cosines
 from ratelnn.runners import run_model
+from ratelnn.tune.auto import resolved
 from ratelnn.tune.holdout import HELD_OUT_EVERY
 from helpers.int8_loss import SHAPE, depthwise_loss_graph, softmax_digits, two_head_digits, wide_input_digits
 from helpers.stats import small_graph_def
@@ -75,9 +76,13 @@ def test_default_build_remedies_a_known_int8_loss(builds):
 def test_decision_is_recorded_and_rebuilds_without_calibrating(builds):
     graph_def, _, out = builds
     conv, graph_npu, tmp = out[True]
-    assert conv.quantized_ir().meta["accuracy_auto"]["settings"] == conv.accuracy_auto.settings
-    assert recorded_meta(graph_npu) == {"accuracy_auto": conv.accuracy_auto.to_dict()}
-    assert recorded_meta(conv.to_quant())["accuracy_auto"]["settings"] == conv.accuracy_auto.settings
+    record = conv.accuracy_auto.record(str(tmp))
+    # equalization's statistics are named relative to the build's folder, found again under it
+    assert record["settings"]["output_dir"] == os.path.join("auto", "equalization")
+    assert resolved(record["settings"], str(tmp)) == conv.accuracy_auto.settings
+    assert conv.quantized_ir().meta["accuracy_auto"] == record
+    assert recorded_meta(graph_npu) == {"accuracy_auto": record}
+    assert recorded_meta(conv.to_quant()) == {"accuracy_auto": record}
     assert recorded_meta(out[False][1]) == {}
     # emitting and compiling use the config the decision built with, not the converter's
     built = conv.build_config(conv.quantized_ir())
@@ -92,6 +97,20 @@ def test_decision_is_recorded_and_rebuilds_without_calibrating(builds):
     again = converter(graph_def, rebuilt).to_npu()
     assert _engines(again) == _engines(graph_npu)
     assert (sorted(os.listdir(tmp / "ratel_stats")) if stats_before is not None else None) == stats_before
+
+
+def test_same_build_in_another_folder_is_the_same_model(builds, tmp_path):
+    """The equalized build's record names its statistics relative to the build's folder: the
+    same data built elsewhere gives byte-identical quantized and compiled models."""
+    graph_def, _, out = builds
+    conv = out[True][0]
+    data = np.random.default_rng(1).normal(0, 1, (64, *SHAPE)).astype(np.float32)
+    other = converter(graph_def, _config(tmp_path / "elsewhere", accuracy_auto=True))
+    other.calibrate(data, progress=False)
+    ser = lambda g: g.SerializeToString(deterministic=True)  # noqa: E731
+    assert ser(other.to_quant()) == ser(conv.to_quant())
+    assert other.accuracy_auto.settings["output_dir"] != conv.accuracy_auto.settings["output_dir"]
+    assert ser(other.to_npu()) == ser(conv.to_npu())
 
 
 def test_decision_line_is_printed_once(tmp_path, capsys):

@@ -20,6 +20,7 @@ from ratelnn.cli.build import check_build  # noqa: E402
 from ratelnn.cli.pulsar2 import apply_overrides, split_overrides  # noqa: E402
 from ratelnn.config import normalize  # noqa: E402
 from ratelnn.frontend.onnx import recorded_meta  # noqa: E402
+from ratelnn.tune.auto import resolved  # noqa: E402
 from helpers.cli import call  # noqa: E402
 from helpers.onnx_digits import TRAIN, digits_as_onnx, trained_digits_cnn  # noqa: E402
 
@@ -104,7 +105,8 @@ def test_pulsar2_build_writes_the_forms_and_the_npu_form_keeps_the_float_top1(di
     # MinMax is naive unless the automatic defaults, judging the model trained here, chose another
     decided = recorded_meta(npu)["accuracy_auto"]["settings"]
     assert effective["quantize_algorithm"] == decided.get("quantize_algorithm", "naive")
-    assert effective["output_dir"] == str(out_dir)
+    # the build's folder, or under it the equalized graph's statistics the decision reads
+    assert effective["output_dir"] == resolved(decided, str(out_dir)).get("output_dir", str(out_dir))
     assert "float vs npu" in out and "NPU profile (batch 16)" in out
     assert [n.op_type for n in npu.graph.node].count("RatelEngineOp") == 1
     x, y = digits["x"][TRAIN:], digits["y"][TRAIN:]

@@ -29,7 +29,7 @@ def test_onnx_compiled_model_records_the_decision(tmp_path):
     graph.meta["onnx_opset"] = 17
     model = rx.export_model(graph)
     conv, npu = _built(rx, model, tmp_path, True)
-    assert rx.recorded_meta(npu) == {"accuracy_auto": conv.accuracy_auto.to_dict()}
+    assert rx.recorded_meta(npu) == {"accuracy_auto": conv.accuracy_auto.record(conv.config["output_dir"])}
     saved = tmp_path / "npu.onnx"
     onnx.save(npu, str(saved))
     assert rx.recorded_meta(onnx.load(str(saved)))["accuracy_auto"]["cosine_before"] == conv.accuracy_auto.cosine_before
@@ -43,9 +43,9 @@ def test_mxnet_compiled_model_records_the_decision(tmp_path):
     mx = import_mxnet()
     model = mf.export_symbol(build_cnn("NCHW"))
     conv, npu = _built(mf, model, tmp_path, True)
-    assert mf.recorded_meta(npu) == {"accuracy_auto": conv.accuracy_auto.to_dict()}
+    assert mf.recorded_meta(npu) == {"accuracy_auto": conv.accuracy_auto.record(conv.config["output_dir"])}
     symbol = mx.sym.load_json(npu[0].tojson())   # as saved in <prefix>-symbol.json
-    assert mf.recorded_meta(symbol)["accuracy_auto"]["settings"] == conv.accuracy_auto.settings
+    assert mf.recorded_meta(symbol) == mf.recorded_meta(npu)
     out = symbol.bind(mx.cpu(), {"x": mx.nd.array(DATA[:8]), **npu[1]}, aux_states=npu[2]).forward()[0]
     assert out.shape == (8, 10)
     assert mf.recorded_meta(_built(mf, model, tmp_path, False)[1]) == {}
