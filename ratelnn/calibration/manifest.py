@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Union

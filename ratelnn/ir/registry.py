@@ -20,7 +20,7 @@ import collections.abc
 import contextlib
 import dataclasses
 import difflib
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Iterator, Mapping, Optional, Tuple, TypeVar
 
 import numpy as np
 

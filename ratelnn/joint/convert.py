@@ -2,7 +2,7 @@
 (docs/architecture.md §8), built on one :class:`ratelnn.convert.ConvertImpl` per model."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from ..convert import ConvertImpl
 from ..model_handler import ModelHandler

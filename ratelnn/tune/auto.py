@@ -71,7 +71,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..calibration.manifest import start_fresh
-from ..calibration.stats import load_statistics
 from ..config import DEFAULTS, normalize
 from ..errors import RatelError
 from ..ir import Graph

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 

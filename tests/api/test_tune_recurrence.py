@@ -7,7 +7,6 @@ recurrence (every step's f * c, i * g and sum, found from the graph) recovers it
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import tensorflow as tf
 

@@ -9,7 +9,6 @@ import base64
 import numpy as np
 import pytest
 
-import ratelnn
 import ratelnn.npu as npu
 from ratelnn.npu.device import ENV_DEVICES, target_device
 from ratelnn.npu.engine import EngineBuilder, quantize_multiplier

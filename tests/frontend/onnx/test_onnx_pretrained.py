@@ -6,7 +6,6 @@ docs/onnx.md), each judged against the float model on inputs calibration never
 saw; and silero-vad's model, whose control flow the frontend refuses naming the node."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
