@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from _report import cpu_name  # noqa: E402
-from real_models import detection_text, run_onnx  # noqa: E402
+from real_models import detection_text, layout_data, run_onnx  # noqa: E402
 
 VARIANTS = (("EMA", False), ("min/max", False), ("EMA", True), ("min/max", True))
 
@@ -58,12 +58,7 @@ def main() -> int:
     from ratelnn.frontend.onnx import converter
     from ratelnn.metrics import compare_detections
 
-    proto = detectors.layout_load()
-    outputs = detectors.layout_outputs(proto)
-    pages = detectors.layout_pages()
-    x_cal = np.stack([detectors.layout_input(p) for p in pages["calibration"]])
-    x_test = np.stack([detectors.layout_input(p) for p in pages["evaluation"]])
-    shapes = [p.shape for p in pages["evaluation"]]
+    proto, outputs, x_cal, x_test, shapes = layout_data()
     reference = detectors.layout_detections(run_onnx(ort_session(proto), "image", outputs, x_test, 1), shapes)
     print(f"layout_cdla, every quant_cfg role at 16 bits; {cpu_name()}")
     print("| thresholds | equalization | detections (unseen pages) | lost (FP32 score, compiled score) |")

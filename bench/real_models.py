@@ -274,6 +274,17 @@ def detection_text(result) -> str:
             f"score err {result.mean_score_error:.3f}")
 
 
+def layout_data():
+    """``(model, output names, calibration inputs, evaluation inputs, evaluation page shapes)``
+    of the layout detector (agraph/detectors.py)."""
+    from agraph import detectors
+    proto = detectors.layout_load()
+    pages = detectors.layout_pages()
+    x_cal = np.stack([detectors.layout_input(p) for p in pages["calibration"]])
+    x_test = np.stack([detectors.layout_input(p) for p in pages["evaluation"]])
+    return proto, detectors.layout_outputs(proto), x_cal, x_test, [p.shape for p in pages["evaluation"]]
+
+
 def layout_row() -> dict:
     """The layout detector (agraph/detectors.py) judged by its decoded boxes."""
     def body(row):
@@ -281,12 +292,7 @@ def layout_row() -> dict:
         from agraph import detectors
         from onnx_models import ort_quantize_static, ort_session
         from ratelnn.metrics import compare_detections
-        proto = detectors.layout_load()
-        outputs = detectors.layout_outputs(proto)
-        pages = detectors.layout_pages()
-        x_cal = np.stack([detectors.layout_input(p) for p in pages["calibration"]])
-        x_test = np.stack([detectors.layout_input(p) for p in pages["evaluation"]])
-        shapes = [p.shape for p in pages["evaluation"]]
+        proto, outputs, x_cal, x_test, shapes = layout_data()
         row["samples"] = f"{len(x_cal)} / {len(x_test)} pages"
         row["stage"] = "calibration + compile"
         built = onnx_builds(proto, "image", outputs, x_cal, 1, "layout")
