@@ -29,14 +29,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .records import SchemeError, Stage
-
-if TYPE_CHECKING:   # scheme.py imports this module
-    from .scheme import Scheme
 
 
 @dataclass

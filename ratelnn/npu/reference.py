@@ -5,15 +5,12 @@ All arithmetic is int64; the validator guarantees that no intermediate exceeds 2
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ..proto import engine_pb2 as pb
 from .format import qrange
-
-if TYPE_CHECKING:   # engine.py imports this module
-    from .engine import Engine
 
 
 # ------------------------------------------------------------------ integer primitives
