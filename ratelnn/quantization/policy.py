@@ -149,6 +149,13 @@ def _names(value: Any) -> Set[str]:
     return {value} if isinstance(value, str) else set(value)
 
 
+def whole_model_entry(entry: Mapping[str, Any]) -> bool:
+    """Whether a ``layer_configs`` entry is the whole-model subgraph (``start_tensor_names``
+    and ``end_tensor_names`` both ``[DEFAULT]``, docs/architecture.md §14): the model's default
+    data type, which entries naming a layer or an op type override."""
+    return _names(entry.get("start_tensor_names", [])) == _names(entry.get("end_tensor_names", [])) == {DEFAULT_LAYER}
+
+
 def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
     """Node name -> ``data_type`` from ``layer_configs``.
 
@@ -180,8 +187,7 @@ def layer_data_types(graph: Graph, config: Mapping[str, Any]) -> Dict[str, str]:
                                 for name in _names(entry["op_type"])))
             matched = [n.name for n in graph.nodes if n.op in ops]
             kind = 1
-        elif _names(entry.get("start_tensor_names", [])) == _names(entry.get("end_tensor_names", [])) \
-                == {DEFAULT_LAYER}:   # the whole model (docs/architecture.md §14)
+        elif whole_model_entry(entry):
             matched = [n.name for n in graph.nodes]
             kind = 0
         elif "start_tensor_names" in entry or "end_tensor_names" in entry:

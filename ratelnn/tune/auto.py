@@ -79,6 +79,7 @@ from ..quantization.accuracy import qdq_agreement, qdq_agreements
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
 from .borders import border_moves
+from .entries import merged, user_fixed
 from .holdout import split_sample
 from .islands import island_moves, with_islands
 from .layers import bisect_prefixes, doubling_sizes, ranked_layers
@@ -409,7 +410,7 @@ class _Remedies:
         """int16 on the quantized elementwise chains of an unrolled recurrence on top of
         ``best``, kept when it raises the cosine within the latency limit."""
         conv, _ = self.converter(best[1])
-        fixed = {str(e.get("layer_name")) for e in self.user_layers}
+        fixed = user_fixed(conv.graph, self.user_layers)
         names = [n for n in recurrence_layers(conv.graph, make_plan(conv.graph, conv.config).quantized_nodes)
                  if n not in fixed]
         if not names:
@@ -426,11 +427,9 @@ class _Remedies:
         moves = border_moves(_Probe(self, None), Point("auto", settings, best[0], 0.0, True, 0.0))
         if not moves:
             return best
-        entries = {e["layer_name"]: e for e in settings["layer_configs"]}
-        for _, fp32, int16 in moves:
-            entries.update((n, {"layer_name": n, "data_type": "int16"}) for n in int16)
-            entries.update((n, {"layer_name": n, "data_type": "fp32"}) for n in fp32)
-        candidate = dict(settings, layer_configs=list(entries.values()))
+        added = [{"layer_name": n, "data_type": dtype} for _, fp32, int16 in moves
+                 for dtype, names in (("int16", int16), ("fp32", fp32)) for n in names]
+        candidate = dict(settings, layer_configs=merged(settings["layer_configs"], added))
         return self.keep(best, candidate, limited=True)
 
     def least_precise(self, best) -> Tuple[tuple, str]:
@@ -478,9 +477,7 @@ class _Remedies:
         found, missed = [best], {}
 
         def trial(k: int):
-            entries = {e["layer_name"]: e for e in layers}
-            entries.update((e["layer_name"], e) for option in options[:k] for e in option)
-            settings = dict(best[1], layer_configs=list(entries.values()))
+            settings = dict(best[1], layer_configs=merged(layers, [e for option in options[:k] for e in option]))
             cosine, q, why = self.judge(settings, limited=True)
             if why:
                 missed.setdefault(why, k)

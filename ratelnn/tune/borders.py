@@ -6,6 +6,7 @@ from typing import List, Tuple
 
 from ..ir import registry
 from ..quantization.policy import activation_inputs, is_scale_preserving, make_plan
+from .entries import user_fixed
 from .results import Point
 
 # float ops whose result is sensitive to small absolute errors of their input over a wide
@@ -32,7 +33,7 @@ def border_moves(search, best: Point) -> List[Tuple[str, List[str], List[str]]]:
     plan = make_plan(graph, conv.config)
     quantized, anchors = set(plan.quantized_nodes), set(plan.anchors)
     producers = {t: n for n in graph.nodes for t in n.outputs}
-    fixed = {str(e.get("layer_name")) for e in search.user_layers}
+    fixed = user_fixed(graph, search.user_layers)
     moves, seen_moves = [], set()
     for op in graph.nodes:
         if op.name in quantized or not sensitive(op):

@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 from ..compiler import engine_regions
 from ..quantization.policy import make_plan
+from .entries import merged, user_fixed
 from .passes import without_data_passes
 from .pricing import host_seconds, price
 from .results import Point
@@ -28,7 +29,7 @@ def island_moves(search, best: Point) -> List[Tuple[str, List[str], float]]:
     except ValueError:   # no engine
         return []
     _, regions = engine_regions(qgraph, make_plan(qgraph, conv.config))
-    fixed = {str(e.get("layer_name")) for e in search.user_layers}
+    fixed = user_fixed(conv.graph, search.user_layers)
     layers = {n.name for n in conv.graph.nodes}
     moves = []
     for name, region in regions:
@@ -43,12 +44,7 @@ def island_moves(search, best: Point) -> List[Tuple[str, List[str], float]]:
 def with_islands(layers: Iterable[Dict[str, Any]], moves) -> List[Dict[str, Any]]:
     """The layer entries ``layers`` with fp32 on every node of the islands ``moves``
     (:func:`island_moves`), replacing an entry of the same layer."""
-    entries = {e["layer_name"]: e for e in layers}
-    for _, nodes, _ in moves:
-        for name in nodes:
-            entries.pop(name, None)
-            entries[name] = {"layer_name": name, "data_type": "fp32"}
-    return list(entries.values())
+    return merged(layers, [{"layer_name": name, "data_type": "fp32"} for _, nodes, _ in moves for name in nodes])
 
 
 def stage_islands(search, best: Point) -> Point:

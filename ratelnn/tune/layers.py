@@ -13,6 +13,7 @@ from ..ir.evaluate import EvaluationError
 from ..quantization.policy import is_scale_preserving, make_plan
 from ..quantization.quantizer import quantize
 from ..quantization.thresholds import sqnr_db
+from .entries import user_fixed
 from .passes import without_data_passes
 from .results import Point
 
@@ -64,9 +65,11 @@ def ranked_layers(search, best: Point, prices: Optional[Mapping[str, float]] = N
             if qp.dtype in ("int8", "uint8") and getattr(stats[t], "histogram", None) is not None:
                 scored.append((sqnr_db(stats[t], float(np.max(qp.scale)) * arith.qmax_of(qp.dtype), qp.dtype), t))
     ranked, seen = [], set()
+    fixed = user_fixed(graph, search.user_layers)   # the user's choices stay
     for _, t in sorted(scored, key=lambda s: s[0]):
         option = options(t)
-        if option is not None and option[0] not in seen:
+        if option is not None and option[0] not in seen and not fixed.intersection(
+                e["layer_name"] for e in option[1] + option[2]):
             seen.add(option[0])
             ranked.append(option)
     return ranked

@@ -6,6 +6,7 @@ from typing import Dict, List, Sequence
 
 from ..ir import registry
 from ..quantization.policy import activation_inputs, is_scale_preserving, make_plan
+from .entries import user_fixed
 
 # quantized elementwise ops in a row (nothing weighted between them) that make a recurrence:
 # an unrolled LSTM's cell state c_t = f * c_{t-1} + i * g is a chain of 2 per step, and its
@@ -18,7 +19,7 @@ def stage_chains(search, best):
     """int16 on every layer of :func:`recurrence_layers` but the user's, kept when it
     raises the metric."""
     conv, _ = search.candidate(best.settings)
-    fixed = {str(e.get("layer_name")) for e in search.user_layers}
+    fixed = user_fixed(conv.graph, search.user_layers)
     names = [n for n in recurrence_layers(conv.graph, make_plan(conv.graph, conv.config).quantized_nodes)
              if n not in fixed]
     if not names:

@@ -209,6 +209,30 @@ def test_fp32_on_the_least_precise_layers_wins_back_what_int16_cannot(tmp_path):
     assert _engines(again.to_npu()) == _engines(builds[True][1]) and not hasattr(again, "accuracy_auto")
 
 
+@pytest.mark.parametrize("user", ["list and whole model", "op type"])
+def test_the_users_layer_entries_of_every_kind_stay_as_written(tmp_path, user):
+    """The user's own layer_configs entries (a list of layer names, the whole-model default,
+    an op type) travel into the decision as written, the remedies never name a layer the user
+    set (the whole-model default is a default, which a layer's entry overrides), and the build
+    goes through: on the wide-input digits MLP the remedy is fp32 on the layer reading the
+    input, which only the op-type entry forbids."""
+    ratelnn.tf_init()
+    graph_def, inp, out, widen, (x_train, _), _ = wide_input_digits()
+    first, second = [n.name for n in graph_def.node if n.op == "MatMul"]   # reading the input, then the next
+    mine = ([{"layer_name": [second], "data_type": "int8"},
+             {"start_tensor_names": ["DEFAULT"], "end_tensor_names": ["DEFAULT"], "data_type": "int8"}]
+            if user == "list and whole model" else [{"op_type": "MatMul", "data_type": "int8"}])
+    conv = converter(graph_def, {"input_nodes": [inp], "output_nodes": [out], "input_shapes": [[64, 65]],
+                                 "output_dir": str(tmp_path), "layer_configs": mine})
+    conv.calibrate(widen(x_train[:256]), progress=False)
+    conv.to_npu()
+    layers = conv.accuracy_auto.settings.get("layer_configs", mine)
+    assert layers[:len(mine)] == mine
+    added = {e["layer_name"] for e in layers[len(mine):]}
+    assert second not in added
+    assert (first in added) == (user == "list and whole model")
+
+
 def test_a_small_output_that_loses_is_judged_on_its_own(tmp_path):
     """The two-head digits network (helpers.int8_loss.two_head_digits): class logits 100x larger
     than the parity logit, whose widest hidden unit leaves the others no int8 code.  On digits
