@@ -161,7 +161,7 @@ def test_inspect_lists_engines_ops_and_io(built, capsys):
     assert engine["name"] == "tiny_engine_0" and engine["split_mode"].startswith("SPLIT_")
     assert engine["instructions"] >= 3 and engine["constants_bytes"] > 4 * 3 * 3 * 3
     assert engine["sram_bytes"] > 0 and engine["cycles"] > 0 and engine["core_ids"]
-    assert engine["inputs"][0]["dtype"] in ("int8", "uint8") and engine["inputs"][0]["scale"] > 0
+    assert engine["inputs"][0]["dtype"] in ("int8", "uint8", "int16") and engine["inputs"][0]["scale"] > 0
     assert {op["role"] for op in info["ops"]} == {"quantize", "dequantize"}
     assert main(["inspect", str(out_dir / "tiny_quant.pb")]) == 0
     text = capsys.readouterr().out
