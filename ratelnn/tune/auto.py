@@ -78,7 +78,7 @@ from ..ir.evaluate import EvaluationError
 from ..quantization.accuracy import qdq_agreement, qdq_agreements
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
-from .borders import border_moves
+from .borders import border_entries, border_moves
 from .entries import merged, user_fixed
 from .holdout import split_sample
 from .islands import island_moves, with_islands
@@ -427,9 +427,7 @@ class _Remedies:
         moves = border_moves(_Probe(self, None), Point("auto", settings, best[0], 0.0, True, 0.0))
         if not moves:
             return best
-        added = [{"layer_name": n, "data_type": dtype} for _, fp32, int16 in moves
-                 for dtype, names in (("int16", int16), ("fp32", fp32)) for n in names]
-        candidate = dict(settings, layer_configs=merged(settings["layer_configs"], added))
+        candidate = dict(settings, layer_configs=merged(settings["layer_configs"], border_entries(moves)))
         return self.keep(best, candidate, limited=True)
 
     def least_precise(self, best) -> Tuple[tuple, str]:

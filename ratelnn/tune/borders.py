@@ -2,11 +2,11 @@
 int16 on the quantized region upstream of it."""
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 from ..ir import registry
 from ..quantization.policy import activation_inputs, is_scale_preserving, make_plan
-from .entries import user_fixed
+from .entries import merged, user_fixed
 from .results import Point
 
 # float ops whose result is sensitive to small absolute errors of their input over a wide
@@ -19,6 +19,12 @@ def sensitive(node) -> bool:
     """Whether ``node`` is a float op of :data:`SENSITIVE_OPS` (Opaque: by its framework type)."""
     kind = node.attrs.get("type") if node.op == "Opaque" else node.op
     return str(kind).lower() in SENSITIVE_OPS
+
+
+def border_entries(moves) -> List[Dict[str, str]]:
+    """The layer entries of ``moves`` (:func:`border_moves`): int16, then fp32, of each move."""
+    return [{"layer_name": name, "data_type": dtype} for _, fp32, int16 in moves
+            for names, dtype in ((int16, "int16"), (fp32, "fp32")) for name in names]
 
 
 def border_moves(search, best: Point) -> List[Tuple[str, List[str], List[str]]]:
@@ -80,13 +86,7 @@ def stage_borders(search, best: Point) -> Point:
     method = best.settings["quantize_algorithm"]
 
     def trial(label: str, base: Point, chosen) -> Point:
-        entries = {e["layer_name"]: e for e in search.own_layers(base)}
-        for _, fp32, int16 in chosen:
-            for names, dtype in ((int16, "int16"), (fp32, "fp32")):
-                for name in names:
-                    entries.pop(name, None)
-                    entries[name] = {"layer_name": name, "data_type": dtype}
-        settings = search.with_layers(base, entries.values())
+        settings = search.with_layers(base, merged(search.own_layers(base), border_entries(chosen)))
         return search.evaluate(f"{method} + {label}", settings)
 
     found = best

@@ -6,7 +6,7 @@ from typing import Dict, List, Sequence
 
 from ..ir import registry
 from ..quantization.policy import activation_inputs, is_scale_preserving, make_plan
-from .entries import user_fixed
+from .entries import merged, user_fixed
 
 # quantized elementwise ops in a row (nothing weighted between them) that make a recurrence:
 # an unrolled LSTM's cell state c_t = f * c_{t-1} + i * g is a chain of 2 per step, and its
@@ -24,10 +24,9 @@ def stage_chains(search, best):
              if n not in fixed]
     if not names:
         return best
-    entries = {e["layer_name"]: e for e in search.own_layers(best)}
-    entries.update((n, {"layer_name": n, "data_type": "int16"}) for n in names)
+    entries = merged(search.own_layers(best), [{"layer_name": n, "data_type": "int16"} for n in names])
     p = search.evaluate(f"{best.settings['quantize_algorithm']} + int16 on {len(names)} recurrence layers",
-                        search.with_layers(best, entries.values()))
+                        search.with_layers(best, entries))
     return p if search.better(p, best) else best
 
 
