@@ -28,26 +28,10 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-
 from _report import cpu_name  # noqa: E402
 from real_models import detection_text, layout_data, run_onnx  # noqa: E402
 
 VARIANTS = (("EMA", False), ("min/max", False), ("EMA", True), ("min/max", True))
-
-
-def lost_scores(reference, candidate, threshold: float = 0.5, match_iou: float = 0.5) -> list:
-    """(FP32 score, compiled score or None) of each reference detection above ``threshold``
-    whose match is missing or below it."""
-    from ratelnn.metrics.detection import greedy_pairs
-    out = []
-    for ref, cand in zip(reference, candidate):
-        match = {i: j for i, j, _ in greedy_pairs(ref, cand, match_iou)}
-        for i in np.nonzero(ref.scores >= threshold)[0]:
-            score = None if i not in match else float(cand.scores[match[i]])
-            if score is None or score < threshold:
-                out.append((round(float(ref.scores[i]), 4), None if score is None else round(score, 4)))
-    return out
 
 
 def main() -> int:
@@ -75,8 +59,9 @@ def main() -> int:
             raw = run_onnx(ratelnn.onnx_session(conv.to_quant()), "image", outputs, x_test, 1)
             candidate = detectors.layout_detections(raw, shapes)
             result = compare_detections(reference, candidate)
-            print(f"| {thresholds} | {'on' if equalized else 'off'} | {detection_text(result)} | "
-                  f"{lost_scores(reference, candidate) or '-'} |", flush=True)
+            lost = [(round(f, 4), c if c is None else round(c, 4)) for f, c in result.lost_scores]
+            print(f"| {thresholds} | {'on' if equalized else 'off'} | {detection_text(result)} | {lost or '-'} |",
+                  flush=True)
     return 0
 
 

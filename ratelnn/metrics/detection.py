@@ -7,7 +7,8 @@ Both sides are decoded by the detector's own post-processing (anchors, NMS, thre
 box) with IoU >= ``match_iou`` (and the same label, when labels are given), highest IoU
 first, each box in at most one pair.  Then, with ``t`` = ``score_threshold``:
 
-- *lost*: a float detection scoring >= t with no match, or whose match scores < t;
+- *lost*: a float detection scoring >= t with no match, or whose match scores < t (both
+  scores of each are kept, ``lost_scores``);
 - *spurious*: a candidate detection scoring >= t with no match, or whose match scores < t;
 - *mean matched IoU*: over the matched pairs whose float box scores >= t;
 - *score error*: ``|score_float - score_candidate|`` over the same pairs (mean and max);
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -74,6 +75,8 @@ class DetectionAgreement:
     score: float
     passed: bool
     bounds: DetectionBounds
+    # (float score, candidate score or None when unmatched) of every lost detection, in image order
+    lost_scores: Tuple[Tuple[float, Optional[float]], ...] = ()
 
     def summary(self) -> str:
         verdict = "pass" if self.passed else "FAIL"
@@ -126,7 +129,8 @@ def compare_detections(reference: Images, candidate: Images,
         raise ValueError(f"compare_detections: {len(reference)} reference images but {len(candidate)} candidate images")
     t = bounds.score_threshold
     ious, errors, kept = [], [], 0.0
-    n_ref = n_cand = lost = spurious = 0
+    n_ref = n_cand = spurious = 0
+    lost = []
     for ref, cand in zip(reference, candidate):
         pairs = greedy_pairs(ref, cand, bounds.match_iou)
         match_of_ref = {i: (j, v) for i, j, v in pairs}
@@ -135,22 +139,23 @@ def compare_detections(reference: Images, candidate: Images,
         n_ref, n_cand = n_ref + len(strong_ref), n_cand + len(strong_cand)
         for i in strong_ref:
             if i not in match_of_ref:
-                lost += 1
+                lost.append((float(ref.scores[i]), None))
                 continue
             j, v = match_of_ref[i]
             ious.append(v)
             errors.append(abs(ref.scores[i] - cand.scores[j]))
             if cand.scores[j] < t:
-                lost += 1
+                lost.append((float(ref.scores[i]), float(cand.scores[j])))
             else:
                 kept += v
         spurious += sum(1 for j in strong_cand if j not in match_of_cand or ref.scores[match_of_cand[j]] < t)
     mean_iou = float(np.mean(ious)) if ious else math.nan
     counted = n_ref + spurious
     score = 1.0 if counted == 0 else kept / counted
-    passed = (lost <= bounds.max_lost and (bounds.max_spurious is None or spurious <= bounds.max_spurious)
+    passed = (len(lost) <= bounds.max_lost and (bounds.max_spurious is None or spurious <= bounds.max_spurious)
               and (not ious or mean_iou >= bounds.min_mean_iou))
-    return DetectionAgreement(n_ref, n_cand, len(ious), lost, spurious, mean_iou,
+    return DetectionAgreement(n_ref, n_cand, len(ious), len(lost), spurious, mean_iou,
                               float(np.min(ious)) if ious else math.nan,
                               float(np.mean(errors)) if errors else math.nan,
-                              float(np.max(errors)) if errors else math.nan, float(score), bool(passed), bounds)
+                              float(np.max(errors)) if errors else math.nan, float(score), bool(passed), bounds,
+                              tuple(lost))

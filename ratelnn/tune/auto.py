@@ -306,7 +306,7 @@ class _Remedies:
         note = "bound met" if best[0] >= self.bound else f"bound {self.bound:g} not met"
         if best[0] < self.bound and self.limit is not None:
             best, note = self.least_precise(self.islands(self.borders(self.recurrences(best))))
-            if best[0] < self.bound and best[1].get("layer_configs", self.user_layers) != self.user_layers:
+            if best[0] < self.bound and self.layers_of(best) != self.user_layers:
                 best = self.reconsider(best)
                 note = "bound met" if best[0] >= self.bound else note
         cosine, settings, q = best
@@ -395,11 +395,15 @@ class _Remedies:
         self.bases[True] = (conv, stats)
         return True
 
+    def layers_of(self, best) -> list:
+        """The ``layer_configs`` of ``best`` (the user's until a step adds entries), a new list."""
+        return list(best[1].get("layer_configs", self.user_layers))
+
     def islands(self, best):
         """fp32 on the engines of ``best`` that cost more on the NPU than their layers on the
         host (tune's islands move, :func:`~ratelnn.tune.islands.island_moves`), on top of
         ``best``: kept when it raises the cosine within the latency limit."""
-        layers = list(best[1].get("layer_configs", self.user_layers))
+        layers = self.layers_of(best)
         moves = island_moves(_Probe(self, None), Point("auto", dict(best[1], layer_configs=layers), best[0], 0.0,
                                                        True, 0.0))
         if not moves:
@@ -423,7 +427,7 @@ class _Remedies:
         """fp32 at every quantized tensor a numerically sensitive float op reads, with int16
         upstream of it (tune's borders move, :func:`~ratelnn.tune.borders.border_moves`), on
         top of ``best``: kept when it raises the cosine within the latency limit."""
-        settings = dict(best[1], layer_configs=list(best[1].get("layer_configs", self.user_layers)))
+        settings = dict(best[1], layer_configs=self.layers_of(best))
         moves = border_moves(_Probe(self, None), Point("auto", settings, best[0], 0.0, True, 0.0))
         if not moves:
             return best
@@ -436,7 +440,7 @@ class _Remedies:
         if best[0] >= self.bound:
             return best, "bound met"
         feeds = chunked(self.fit, (self.conv.config["input_shapes"] or [[None]])[0][0])[0][0]
-        layers = list(best[1].get("layer_configs", self.user_layers))
+        layers = self.layers_of(best)
         start = Point("auto", dict(best[1], layer_configs=layers,
                                    quantize_algorithm=best[1].get("quantize_algorithm",
                                                                   self.conv.config["quantize_algorithm"])),

@@ -54,6 +54,7 @@ def test_missing_box_is_lost_and_extra_box_is_spurious():
     cand = Detections([[0, 0, 10, 10], [200, 200, 220, 220]], [0.9, 0.6])
     result = compare_detections(ref, cand)
     assert (result.reference, result.candidate, result.matched, result.lost, result.spurious) == (2, 2, 1, 1, 1)
+    assert result.lost_scores == ((0.8, None),)
     assert not result.passed
     assert result.score == pytest.approx(1.0 / 3)    # one kept IoU 1 over 2 float + 1 spurious
     assert compare_detections(ref, cand, DetectionBounds(max_lost=1)).passed
@@ -65,6 +66,7 @@ def test_score_falling_under_the_threshold_counts_as_lost():
     cand = Detections([[0, 0, 10, 10]], [0.45])
     result = compare_detections(ref, cand)
     assert result.matched == 1 and result.lost == 1 and result.spurious == 0
+    assert result.lost_scores == ((0.55, 0.45),)
     assert result.mean_iou == 1.0 and result.score == 0.0 and not result.passed
 
 
