@@ -12,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 
 from . import config as config_mod
+from .gc_pause import collector_paused, with_collector_paused
 from .model_handler import ModelHandler
 from .ir import Graph
 
@@ -29,6 +30,7 @@ def model_name(config: Mapping[str, Any]) -> str:
 class ConvertImpl:
     """Converter of one model: ``to_cal``, ``to_quant``, ``to_npu`` (docs/architecture.md §1, §2)."""
 
+    @with_collector_paused
     def __init__(self, model_handler: ModelHandler, graph_def: Any, config: Mapping[str, Any],
                  device_info: Optional[Dict[int, Any]] = None) -> None:
         self.handler = model_handler
@@ -42,6 +44,7 @@ class ConvertImpl:
         # names the engines (<model>_engine_<k>) and their device-time counters
         self.graph.name = model_name(self.config)
 
+    @with_collector_paused
     def to_cal(self) -> Any:
         """The calibration model: the float model plus MinMax ops on every tensor the
         quantized model needs; running it records statistics into ``output_dir``."""
@@ -61,6 +64,7 @@ class ConvertImpl:
             self._fingerprint = graph_fingerprint(self.graph)
         return self._fingerprint
 
+    @with_collector_paused
     def quantized_ir(self, graph_quant: Any = None) -> Graph:
         """The quantized IR (qparams filled): from the statistics in ``output_dir``, or
         recovered from ``graph_quant``: a quantized model made by ``to_quant``, or a
@@ -166,6 +170,7 @@ class ConvertImpl:
                 "model yourself, with accuracy_samples > 0")
         return sample
 
+    @with_collector_paused
     def to_quant(self) -> Any:
         """The quantized model: Quant/Dequant ops and integer constants, runnable in the
         framework; raises CalibrationError when statistics are missing."""
@@ -174,6 +179,7 @@ class ConvertImpl:
         qgraph = self.quantized_ir()
         return self.handler.export_graph(emit_qdq(qgraph, self.build_config(qgraph)))
 
+    @with_collector_paused
     def to_npu(self, graph_quant: Any = None) -> Any:
         """The compiled model (docs/architecture.md §6): NPU-supported regions become engine ops.
 
@@ -182,6 +188,7 @@ class ConvertImpl:
         self.handler.ensure_ops()
         return self.handler.export_graph(self.compiled_ir(graph_quant))
 
+    @with_collector_paused
     def compiled_ir(self, graph_quant: Any = None) -> Graph:
         """The compiled IR that :meth:`to_npu` exports (engines as ``Engine`` nodes with their
         bytes): the quantized IR compiled under :meth:`build_config`, input processors and
@@ -257,7 +264,8 @@ class ConvertImpl:
         from .calibration.stats import load_statistics
         from .runners import runner_for
         batches = self.calibration_data(data, batch_size)
-        runner = runner_for(self.handler.framework, self.to_cal())
+        with collector_paused():   # building the session, not running the batches
+            runner = runner_for(self.handler.framework, self.to_cal())
         kept = None
         with Progress(batches.num_batches, "calibrate", enabled=progress) as bar:
             for batch in batches:

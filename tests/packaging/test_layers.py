@@ -36,7 +36,7 @@ ROOTS = ("ratelnn", "agraph")
 # `ratelnn.testing`, the CLI and the root facade (`ratelnn`); the model zoo (`agraph`) sits
 # above the whole SDK.
 LAYERS = [
-    ("base", ["ratelnn.errors", "ratelnn.config", "ratelnn.config_forms", "ratelnn.config_ascend", "ratelnn.amct_config", "ratelnn.config_tables", "ratelnn.fileio", "ratelnn._build", "ratelnn.frameworks", "ratelnn.mxnet_compat",
+    ("base", ["ratelnn.errors", "ratelnn.gc_pause", "ratelnn.config", "ratelnn.config_forms", "ratelnn.config_ascend", "ratelnn.amct_config", "ratelnn.config_tables", "ratelnn.fileio", "ratelnn._build", "ratelnn.frameworks", "ratelnn.mxnet_compat",
               "ratelnn.proto", "ratelnn.oplib", "ratelnn.runners", "ratelnn.datasets", "ratelnn.metrics"]),
     ("ir", ["ratelnn.ir"]),
     ("calibration, quantization", ["ratelnn.calibration", "ratelnn.quantization"]),
