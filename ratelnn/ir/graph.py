@@ -337,19 +337,47 @@ class Graph:
         field, which is several times faster than ``copy.deepcopy`` on large graphs."""
         memo: Dict[int, Any] = {}
         g = Graph(self.name)
-        g.nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs, memo))
+        g.nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), _copied(n.attrs, memo))
                    for n in self.nodes]
         infos: Dict[int, TensorInfo] = {}
         g.tensors = {t: infos.setdefault(id(i), TensorInfo(i.shape, i.dtype)) for t, i in self.tensors.items()}
-        g.params = {t: copy.deepcopy(v, memo) for t, v in self.params.items()}
+        g.params = {t: _copied(v, memo) for t, v in self.params.items()}
         g.inputs, g.outputs = list(self.inputs), list(self.outputs)
-        g.qparams = {t: QParams(q.dtype, copy.deepcopy(q.scale, memo), q.axis) for t, q in self.qparams.items()}
+        g.qparams = {t: QParams(q.dtype, _copied(q.scale, memo), q.axis) for t, q in self.qparams.items()}
         g.meta = copy.deepcopy(self.meta, memo)
         return g
 
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}, {len(self.nodes)} nodes, {len(self.params)} params, "
                 f"inputs={self.inputs}, outputs={self.outputs})")
+
+
+_IMMUTABLE = (str, int, float, bool, bytes, type(None), np.generic)
+
+
+def _copied(value: Any, memo: Dict[int, Any]) -> Any:
+    """``copy.deepcopy(value, memo)`` for what attributes and parameters hold (numbers,
+    strings, numeric arrays, and lists, tuples and dicts of them), written out: the generic
+    deepcopy dispatch costs more than the copying.  Anything else goes to ``copy.deepcopy``;
+    an object reached twice is copied once (``memo``, keyed by ``id``, as deepcopy's)."""
+    if isinstance(value, _IMMUTABLE):
+        return value
+    done = memo.get(id(value))
+    if done is not None:
+        return done
+    if type(value) is np.ndarray and value.dtype != object:
+        out: Any = value.copy()
+    elif type(value) is list:
+        out = [_copied(v, memo) for v in value]
+    elif type(value) is tuple:
+        out = tuple(_copied(v, memo) for v in value)
+    elif type(value) is dict:
+        out = {k: _copied(v, memo) for k, v in value.items()}
+    else:
+        return copy.deepcopy(value, memo)
+    memo[id(value)] = out
+    memo.setdefault(id(memo), []).append(value)   # keeps ``value`` alive while its id is a key
+    return out
 
 
 def _shape(shape) -> Optional[Tuple[Optional[int], ...]]:

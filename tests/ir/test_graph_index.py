@@ -232,6 +232,31 @@ def _chain(blocks: int) -> Graph:
     return g
 
 
+def test_a_copy_shares_no_mutable_value_and_keeps_what_was_shared():
+    """Graph.copy: attributes, params and per-channel scales are copies (editing them leaves
+    the original as it was); one array reached from two places stays one array in the copy;
+    other objects go through deepcopy."""
+    from ratelnn.ir.graph import QParams
+    shared = np.arange(4, dtype=np.float32)
+    g = Graph("g")
+    g.inputs, g.outputs = ["x"], ["y"]
+    g.params = {"w": shared}
+    g.tensors = {"x": TensorInfo((1, 4)), "y": TensorInfo((1, 4))}
+    g.nodes = [Node("n", "Mul", ["x", "w"], ["y"], {"table": shared, "pads": [1, [2, 3]], "spec": {"k": (4, [5])},
+                                                     "flags": {1, 2}})]
+    g.qparams = {"w": QParams("int8", np.ones(4, np.float32), 0)}
+    twin = g.copy()
+    attrs = twin.node("n").attrs
+    assert attrs["table"] is twin.params["w"] and attrs["table"] is not shared
+    attrs["table"][0] = 9
+    attrs["pads"][1][0] = 7
+    attrs["spec"]["k"][1].append(6)
+    attrs["flags"].add(3)
+    twin.qparams["w"].scale[0] = 5
+    assert shared[0] == 0 and g.node("n").attrs["pads"] == [1, [2, 3]] and g.node("n").attrs["spec"] == {"k": (4, [5])}
+    assert g.node("n").attrs["flags"] == {1, 2} and g.qparams["w"].scale[0] == 1
+
+
 def test_default_passes_do_linear_work_in_the_node_count():
     def work(blocks):
         g = _chain(blocks)
