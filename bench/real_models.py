@@ -270,8 +270,11 @@ def onnx_graph_row(model) -> dict:
 
 
 def detection_text(result) -> str:
-    return (f"IoU {result.mean_iou:.4f}, lost {result.lost}/{result.reference}, spurious {result.spurious}, "
-            f"score err {result.mean_score_error:.3f}")
+    """The pooled comparison in one line; each lost detection's FP32 -> compiled score
+    (``-`` when no box matched it) after the count."""
+    lost = ", ".join(f"{f:.3f}->{'-' if c is None else f'{c:.3f}'}" for f, c in result.lost_scores)
+    return (f"IoU {result.mean_iou:.4f}, lost {result.lost}/{result.reference}{f' ({lost})' if lost else ''}, "
+            f"spurious {result.spurious}, score err {result.mean_score_error:.3f}")
 
 
 def layout_data():
