@@ -12,7 +12,7 @@ quantized model (``to_quant()``) run by ``ratelnn.onnx_session``:
 - cross-layer equalization off or on.
 
 Printed per variant: mean matched IoU, lost / reference detections above score 0.5, spurious,
-mean score error, and each lost detection's FP32 -> compiled score.  The default build
+mean score error, and the FP32 -> compiled score of the lost detections (five at most).  The default build
 (int8 with int16 where the automatic step puts it) is the ``layout_cdla`` row of
 docs/benchmarks.md; this script says what is left when bit width is no longer the limit.
 

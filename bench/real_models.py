@@ -269,10 +269,12 @@ def onnx_graph_row(model) -> dict:
                            f"{model.distribution} {model.version}", model.licence, model.inputs_from), body)
 
 
-def detection_text(result) -> str:
-    """The pooled comparison in one line; each lost detection's FP32 -> compiled score
-    (``-`` when no box matched it) after the count."""
-    lost = ", ".join(f"{f:.3f}->{'-' if c is None else f'{c:.3f}'}" for f, c in result.lost_scores)
+def detection_text(result, most: int = 5) -> str:
+    """The pooled comparison in one line; after the lost count, the FP32 -> compiled scores
+    (``-``: no box matched) of the ``most`` lost detections of highest FP32 score."""
+    ranked = sorted(result.lost_scores, key=lambda pair: -pair[0])
+    lost = ", ".join(f"{f:.3f}->{'-' if c is None else f'{c:.3f}'}" for f, c in ranked[:most])
+    lost += f", {len(ranked) - most} more" if len(ranked) > most else ""
     return (f"IoU {result.mean_iou:.4f}, lost {result.lost}/{result.reference}{f' ({lost})' if lost else ''}, "
             f"spurious {result.spurious}, score err {result.mean_score_error:.3f}")
 
