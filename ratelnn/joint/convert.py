@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional, Sequence
 
 from ..convert import ConvertImpl
+from ..gc_pause import with_collector_paused
 from ..model_handler import ModelHandler
 from ..npu.device import all_devices_info
 from .planning import compare
@@ -36,6 +37,7 @@ class JointConvertImpl:
         self.scheme = None
         self.model_specs = None
 
+    @with_collector_paused
     def to_npu(self, graph_quant_list: Optional[Sequence[Any]] = None, executor: Any = None) -> List[Any]:
         """The compiled models, in input order, their engines placed by the chosen scheme.
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ratelnn
-from ratelnn.frontend.tensorflow import converter
+from ratelnn.frontend.tensorflow import converter, joint_converter
 from ratelnn.gc_pause import collector_paused
 from helpers.stats import small_graph_def
 
@@ -91,3 +91,23 @@ def test_conversion_steps_pause_and_calibration_batches_do_not(collector_enabled
     conv.to_quant()
     conv.to_npu()
     assert exported == [False, False, False] and gc.isenabled()   # calibration, quantized, compiled
+
+
+def test_the_joint_compiler_exports_with_the_collector_paused(collector_enabled, tmp_path):
+    ratelnn.tf_init()
+    configs = [{"input_nodes": ["x"], "output_nodes": ["prob"], "input_shapes": [[4, 8, 8, 3]],
+                "output_dir": str(tmp_path / f"m{seed}"), "model_name": f"net{seed}", "accuracy_auto": False}
+               for seed in (1, 2)]
+    jc = joint_converter([small_graph_def(seed) for seed in (1, 2)], configs, device_info={0: 2})
+    for seed, c in enumerate(jc.converters):
+        c.calibrate(np.random.default_rng(seed).uniform(0, 1, (8, 8, 8, 3)).astype(np.float32), progress=False)
+    handler = jc.converters[0].handler
+    exported = []
+    export_graph = handler.export_graph
+
+    def export_and_record(graph):
+        exported.append(gc.isenabled())
+        return export_graph(graph)
+    handler.export_graph = export_and_record
+    assert len(jc.to_npu()) == 2
+    assert exported == [False, False] and gc.isenabled()
