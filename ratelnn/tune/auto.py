@@ -79,13 +79,13 @@ from ..quantization.accuracy import qdq_agreement, qdq_agreements
 from ..quantization.layerwalk import chunked
 from ..quantization.policy import make_plan
 from .borders import border_entries, border_moves
-from .entries import merged, user_fixed
+from .entries import merged
 from .holdout import split_sample
 from .islands import island_moves, with_islands
 from .layers import bisect_prefixes, doubling_sizes, ranked_layers
 from .passes import known_passes
 from .pricing import host_seconds, price
-from .recurrence import recurrence_layers
+from .recurrence import unfixed_recurrence_layers
 from .results import Point
 from .search import MIN_GAIN
 
@@ -414,9 +414,7 @@ class _Remedies:
         """int16 on the quantized elementwise chains of an unrolled recurrence on top of
         ``best``, kept when it raises the cosine within the latency limit."""
         conv, _ = self.converter(best[1])
-        fixed = user_fixed(conv.graph, self.user_layers)
-        names = [n for n in recurrence_layers(conv.graph, make_plan(conv.graph, conv.config).quantized_nodes)
-                 if n not in fixed]
+        names = unfixed_recurrence_layers(conv, self.user_layers)
         if not names:
             return best
         settings = dict(best[1], layer_configs=self.user_layers + [{"layer_name": n, "data_type": "int16"}

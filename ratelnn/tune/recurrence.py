@@ -19,15 +19,21 @@ def stage_chains(search, best):
     """int16 on every layer of :func:`recurrence_layers` but the user's, kept when it
     raises the metric."""
     conv, _ = search.candidate(best.settings)
-    fixed = user_fixed(conv.graph, search.user_layers)
-    names = [n for n in recurrence_layers(conv.graph, make_plan(conv.graph, conv.config).quantized_nodes)
-             if n not in fixed]
+    names = unfixed_recurrence_layers(conv, search.user_layers)
     if not names:
         return best
     entries = merged(search.own_layers(best), [{"layer_name": n, "data_type": "int16"} for n in names])
     p = search.evaluate(f"{best.settings['quantize_algorithm']} + int16 on {len(names)} recurrence layers",
                         search.with_layers(best, entries))
     return p if search.better(p, best) else best
+
+
+def unfixed_recurrence_layers(conv, user_layers) -> List[str]:
+    """:func:`recurrence_layers` of ``conv``'s graph under its config, but those the user's
+    ``layer_configs`` entries set (:func:`~ratelnn.tune.entries.user_fixed`)."""
+    fixed = user_fixed(conv.graph, user_layers)
+    return [n for n in recurrence_layers(conv.graph, make_plan(conv.graph, conv.config).quantized_nodes)
+            if n not in fixed]
 
 
 def recurrence_layers(graph, quantized: Sequence[str]) -> List[str]:

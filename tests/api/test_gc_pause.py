@@ -24,6 +24,18 @@ def collector_enabled():
         gc.disable()
 
 
+def collector_states_at_export(handler) -> list:
+    """A list that gets ``gc.isenabled()`` at each of ``handler``'s exports from now on (the
+    real export still runs)."""
+    states, export_graph = [], handler.export_graph
+
+    def export_and_record(graph):
+        states.append(gc.isenabled())
+        return export_graph(graph)
+    handler.export_graph = export_and_record
+    return states
+
+
 def test_nested_pauses_resume_once_the_outermost_ends(collector_enabled):
     with collector_paused():
         assert not gc.isenabled()
@@ -79,13 +91,7 @@ def test_conversion_steps_pause_and_calibration_batches_do_not(collector_enabled
               "output_dir": str(tmp_path), "accuracy_auto": False}
     conv = converter(small_graph_def(), config)
     assert gc.isenabled()
-    exported = []
-    export_graph = conv.handler.export_graph
-
-    def export_and_record(graph):    # the real export, and the collector's state during it
-        exported.append(gc.isenabled())
-        return export_graph(graph)
-    conv.handler.export_graph = export_and_record
+    exported = collector_states_at_export(conv.handler)
     conv.calibrate(batches(), batch_size=4, progress=False)
     assert seen == [True, True, True] and gc.isenabled()
     conv.to_quant()
@@ -101,13 +107,6 @@ def test_the_joint_compiler_exports_with_the_collector_paused(collector_enabled,
     jc = joint_converter([small_graph_def(seed) for seed in (1, 2)], configs, device_info={0: 2})
     for seed, c in enumerate(jc.converters):
         c.calibrate(np.random.default_rng(seed).uniform(0, 1, (8, 8, 8, 3)).astype(np.float32), progress=False)
-    handler = jc.converters[0].handler
-    exported = []
-    export_graph = handler.export_graph
-
-    def export_and_record(graph):
-        exported.append(gc.isenabled())
-        return export_graph(graph)
-    handler.export_graph = export_and_record
+    exported = collector_states_at_export(jc.converters[0].handler)
     assert len(jc.to_npu()) == 2
     assert exported == [False, False] and gc.isenabled()
